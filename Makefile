@@ -1,0 +1,27 @@
+# The two set-up commands of the README: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+RUN_DIR ?= runs/demo
+
+.PHONY: demo test install lint clean
+
+$(BIN)/vlrl: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/vlrl
+
+install: $(BIN)/vlrl
+
+demo: install
+	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check vlrl tests bench
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,5 @@
+import sys
+
+from vlrl.cli import main
+
+sys.exit(main())

