@@ -218,7 +218,7 @@ RECIPES = {
         loss_type="dr_grpo",  # the recipe's loss; TRL warns it weights each sequence by its length
         scale_rewards="none",  # Dr. GRPO does not divide advantages by the std (Unsloth forces this for dr_grpo)
         beta=0.0,  # no KL term and no reference model: saves a forward pass and memory
-        epsilon=3e-4, epsilon_high=4e-4,  # GSPO paper's sequence-level clip range
+        epsilon=0.2, epsilon_high=0.2,  # the recipe keeps TRL's default clip range, set explicitly
         mask_truncated_completions=False,
     ),
     "gspo-paper": dict(
@@ -226,7 +226,7 @@ RECIPES = {
         loss_type="grpo",  # length-normalized per sequence, as in the GSPO paper
         scale_rewards="group",
         beta=0.0,
-        epsilon=3e-4, epsilon_high=4e-4,
+        epsilon=3e-4, epsilon_high=4e-4,  # TRL's documented GSPO clipping (sequence ratios sit near 1)
         mask_truncated_completions=False,
     ),
 }
@@ -250,7 +250,7 @@ def gspo_config(output_dir: str = "runs/gspo", recipe: str = "gspo", **overrides
         output_dir=output_dir,
         learning_rate=5e-6,  # RL on a 4-bit base: small steps keep the policy near the instruct model
         lr_scheduler_type="cosine",
-        warmup_ratio=0.1,
+        warmup_steps=0.1,  # a fraction below 1 is a ratio of the total steps
         optim="adamw_8bit" if eight_bit else "adamw_torch",  # 8-bit states save ~2 bytes/param on GPU
         weight_decay=0.1,
         per_device_train_batch_size=8,

@@ -1,0 +1,45 @@
+"""Shared fixtures: the tiny Qwen3-VL (built and warm-started once per cache), its processor, generated items.
+
+The cache lives in $VLRL_CACHE (default: .cache/vlrl inside the repository, so CI builds it once per checkout).
+Nothing here touches a model hub.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
+
+TINY_WARM = dict(warm_start_steps=150, image_size=64)  # what the tiny preset uses: one cached model for all tests
+
+
+@pytest.fixture(scope="session")
+def tiny_base_dir() -> Path:
+    """The random tiny Qwen3-VL (no warm start)."""
+    from vlrl.tiny import ensure_tiny
+
+    return ensure_tiny(warm_start_steps=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir() -> Path:
+    """The warm-started tiny Qwen3-VL, as the tiny preset uses it."""
+    from vlrl.tiny import ensure_tiny
+
+    return ensure_tiny(**TINY_WARM)
+
+
+@pytest.fixture(scope="session")
+def tiny_processor(tiny_base_dir):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(tiny_base_dir)
+
+
+@pytest.fixture
+def items():
+    from vlrl import synthetic
+
+    return synthetic.generate(24, seed=1, image_size=64)
