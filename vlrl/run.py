@@ -22,13 +22,16 @@ def banner(text: str, log=print) -> None:
 
 
 def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfig, log=print) -> str:
-    """The checkpoint to load: `tiny` builds (and warm-starts) the offline tiny Qwen3-VL; anything else is as given."""
-    if model_config.name_or_path != "tiny":
+    """The checkpoint to load: `tiny` / `tiny-small` build (and warm-start) a local Qwen3-VL; others are as given."""
+    sizes = {"tiny": "tiny", "tiny-small": "small"}
+    if model_config.name_or_path not in sizes:
         return model_config.name_or_path
     from vlrl.tiny import ensure_tiny
 
+    size = sizes[model_config.name_or_path]
     return str(ensure_tiny(seed=data_config.seed, warm_start_steps=model_config.warm_start_steps,
-                           image_size=data_config.image_size, log=log))
+                           warm_start_items=512 if size == "tiny" else 4096,
+                           image_size=data_config.image_size, size=size, log=log))
 
 
 def load_rows(data_config: cfg.DataConfig) -> list[dict]:

@@ -58,6 +58,17 @@ TINY_VISION = dict(
     depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
     temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256, deepstack_visual_indexes=[0, 1],
 )
+# "small": the GPU learning demonstration's model (same architecture and vocabulary, 4x wider, 2x deeper).
+SIZES = {
+    "tiny": dict(text=TINY_TEXT, vision=TINY_VISION, warm_lr=3e-3),
+    "small": dict(
+        text={**TINY_TEXT, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
+              "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
+              "rope_parameters": {**TINY_TEXT["rope_parameters"], "mrope_section": [8, 4, 4]}},
+        vision={**TINY_VISION, "depth": 4, "hidden_size": 256, "intermediate_size": 768, "num_heads": 8,
+                "out_hidden_size": 256, "deepstack_visual_indexes": [1, 2]},
+        warm_lr=1e-3),
+}
 DEFAULT_CACHE = Path(os.environ.get("VLRL_CACHE", Path.home() / ".cache" / "vlrl"))
 
 
@@ -104,23 +115,26 @@ def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512):
                             video_processor=video_processor, chat_template=CHAT_TEMPLATE)
 
 
-def tiny_config():
-    """The tiny `Qwen3VLConfig`: real Qwen3-VL token ids, tiny widths."""
+def tiny_config(size: str = "tiny"):
+    """The tiny (or small) `Qwen3VLConfig`: real Qwen3-VL token ids, tiny widths."""
     from transformers import Qwen3VLConfig
 
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(SIZES)}")
     return Qwen3VLConfig(
-        text_config=dict(TINY_TEXT), vision_config=dict(TINY_VISION), tie_word_embeddings=True,
+        text_config=dict(SIZES[size]["text"]), vision_config=dict(SIZES[size]["vision"]), tie_word_embeddings=True,
         image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
         bos_token_id=151643, eos_token_id=151645, pad_token_id=151643,
     )
 
 
-def build_tiny(output_dir: str | Path, *, seed: int = 0) -> Path:
+def build_tiny(output_dir: str | Path, *, seed: int = 0, size: str = "tiny") -> Path:
     """Builds the random tiny Qwen3-VL and its processor into `output_dir`; the same seed gives the same weights.
 
     Args:
         output_dir: where to save; loadable afterwards with `AutoModelForImageTextToText.from_pretrained`.
         seed: the initialization seed.
+        size: "tiny" (CPU tests and the tiny preset) or "small" (the GPU learning demonstration).
 
     Returns:
         `output_dir` as a Path.
@@ -131,7 +145,7 @@ def build_tiny(output_dir: str | Path, *, seed: int = 0) -> Path:
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(tiny_config()).to(torch.float32)
+    model = Qwen3VLForConditionalGeneration(tiny_config(size)).to(torch.float32)
     model.generation_config = GenerationConfig(
         bos_token_id=151643, eos_token_id=[151645, 151643], pad_token_id=151643, do_sample=False,
     )
@@ -167,7 +181,7 @@ def warm_start_key(settings: dict) -> str:
 
 
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
-                warm_start_items: int = 512, image_size: int = 128, log=print) -> Path:
+                warm_start_items: int = 512, image_size: int = 128, size: str = "tiny", log=print) -> Path:
     """Returns the warm-started tiny model's directory, building and caching it on first use.
 
     Args:
@@ -176,16 +190,20 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
         warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
         image_size: side of the generated images.
+        size: "tiny" or "small" (see `SIZES`).
     """
     cache_dir = Path(cache_dir or DEFAULT_CACHE)
-    base = cache_dir / f"tiny-qwen3-vl-seed{seed}"
+    name = "tiny-qwen3-vl" if size == "tiny" else f"{size}-qwen3-vl"
+    base = cache_dir / f"{name}-seed{seed}"
     if not (base / "config.json").exists():
-        log(f"building the tiny Qwen3-VL into {base}")
-        build_tiny(base, seed=seed)
+        log(f"building the {size} Qwen3-VL into {base}")
+        build_tiny(base, seed=seed, size=size)
     if warm_start_steps <= 0:
         return base
     settings = dict(seed=seed, steps=warm_start_steps, items=warm_start_items, image_size=image_size, version=1)
-    warm = cache_dir / f"tiny-qwen3-vl-warm-{warm_start_key(settings)}"
+    if size != "tiny":  # the tiny model's key stays as it was, so existing caches stay valid
+        settings["size"] = size
+    warm = cache_dir / f"{name}-warm-{warm_start_key(settings)}"
     if (warm / "config.json").exists():
         return warm
     from vlrl import synthetic
@@ -194,7 +212,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
     items = synthetic.generate(warm_start_items, seed=seed + 10_000, image_size=image_size)
     tmp = _tmp_dir(warm)
-    sft(base, items, tmp, max_steps=warm_start_steps, seed=seed, log=log)
+    sft(base, items, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=SIZES[size]["warm_lr"], log=log)
     (tmp / "warm_start.json").write_text(json.dumps(settings, indent=2))
     _replace_dir(tmp, warm)
     return warm

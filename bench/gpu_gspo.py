@@ -1,0 +1,227 @@
+"""GSPO step benchmark on one GPU: Qwen3-VL 2B/4B/8B shapes (real configs, random weights), 512x512 images.
+
+One process measures one (size, backend, completion length). Step time is split into generation, reward and
+training by timing TRL's own methods; peak memory is torch's allocator peak; decode efficiency compares the measured
+time per decoding step with the time to read the weights once at the measured device-to-device copy bandwidth.
+
+    python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 256 --steps 4 --out $OUT/results
+    python bench/gpu_gspo.py --decode-only --size 8b --backend bf16 ...     # decoding alone, eager vs compiled
+
+Backends: unsloth4 (Unsloth FastVisionModel, 4-bit), bnb4 (transformers + PEFT + bitsandbytes 4-bit),
+bf16 (transformers + PEFT, bf16 weights). `--fast-generation` turns on vlrl's static-cache compiled decoding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+# Real Qwen3-VL shapes (Qwen/Qwen3-VL-{2B,4B,8B}-Instruct config.json). Random weights cost the same as trained ones.
+VISION_SMALL = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, deepstack_visual_indexes=[5, 11, 17])
+SHAPES = {
+    "2b": dict(text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                         num_key_value_heads=8), vision=VISION_SMALL, tie=True),
+    "4b": dict(text=dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
+                         num_key_value_heads=8), vision=VISION_SMALL, tie=True),
+    "8b": dict(text=dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                         num_key_value_heads=8),
+               vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
+                           deepstack_visual_indexes=[8, 16, 24]), tie=False),
+}
+
+
+def qwen3_vl_config(size: str):
+    from transformers import Qwen3VLConfig
+
+    shape = SHAPES[size]
+    text = dict(vocab_size=151936, head_dim=128, max_position_embeddings=262144, rms_norm_eps=1e-6,
+                rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [24, 20, 20],
+                                 "mrope_interleaved": True}, **shape["text"])
+    vision = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
+                  out_hidden_size=shape["text"]["hidden_size"], **shape["vision"])
+    return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=shape["tie"],
+                         image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
+                         vision_end_token_id=151653, bos_token_id=151643, eos_token_id=151645, pad_token_id=151643)
+
+
+def build_checkpoint(size: str, root: Path) -> Path:
+    """A random-weight checkpoint with the real config, saved like a hub checkpoint (bf16), built on the GPU."""
+    import torch
+    from transformers import Qwen3VLForConditionalGeneration
+
+    from vlrl.tiny import build_processor
+
+    path = root / f"qwen3-vl-{size}-random"
+    if (path / "config.json").exists():
+        return path
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = Qwen3VLForConditionalGeneration(qwen3_vl_config(size)).to(torch.bfloat16)
+    model.save_pretrained(path)
+    build_processor(max_pixels=16384 * 28 * 28).save_pretrained(path)
+    del model
+    torch.cuda.empty_cache()
+    return path
+
+
+def copy_bandwidth() -> float:
+    """Measured device-to-device copy bandwidth in bytes/s (bytes read + written)."""
+    import torch
+
+    x = torch.empty(2 * 1024**3, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        y.copy_(x)
+    end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000 / 10
+    del x, y
+    return 2 * 2 * 1024**3 / seconds
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the language-model weights a decoding step reads (vision runs once per prompt, not per token)."""
+    total = 0
+    for name, p in model.named_parameters():
+        if ".visual." in name:
+            continue
+        total += p.numel() * p.element_size()
+    for name, b in model.named_buffers():
+        if ".visual." not in name and "absmax" in name:
+            total += b.numel() * b.element_size()
+    return total
+
+
+def load(size: str, backend: str, path: Path):
+    from vlrl.model import LoraSettings, load_model
+
+    lora = LoraSettings(r=16, alpha=16)
+    if backend == "unsloth4":
+        return load_model(str(path), load_in_4bit=True, max_seq_length=2048, lora=lora, backend="unsloth")
+    return load_model(str(path), load_in_4bit=backend == "bnb4", max_seq_length=2048, lora=lora,
+                      backend="transformers")
+
+
+class Timer:
+    """Accumulates wall time (CUDA-synchronized) of wrapped methods, per step."""
+
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+
+    def wrap(self, obj, method: str, key: str):
+        import torch
+
+        original = getattr(obj, method)
+
+        def timed(*args, **kwargs):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                torch.cuda.synchronize()
+                self.totals[key] = self.totals.get(key, 0.0) + time.perf_counter() - start
+
+        setattr(obj, method, timed)
+
+
+def bench_train(args, path: Path, bandwidth: float) -> dict:
+    import torch
+    from transformers import TrainerCallback
+
+    from vlrl import config as cfg
+    from vlrl import data, synthetic, train
+
+    model, processor = load(args.size, args.backend, path)
+    config = cfg.preset("tiny")
+    t = config.training
+    t.per_device_train_batch_size, t.gradient_accumulation_steps, t.num_generations = 8, 1, 4
+    t.max_completion_length, t.max_steps, t.learning_rate, t.save_steps = args.completion, args.steps, 5e-6, 10_000
+    config.model.backend = "unsloth" if args.backend == "unsloth4" else "transformers"
+    config.data.max_prompt_tokens = 512  # 512x512 image = 256 image tokens + the question: the static cache's budget
+    items = synthetic.generate(8 * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
+    dataset = data.to_dataset(items)
+    timer, steps = Timer(), []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            torch.cuda.synchronize()
+            self.start, timer.totals = time.perf_counter(), {}
+
+        def on_step_end(self, *a, **k):
+            torch.cuda.synchronize()
+            steps.append({"step_s": time.perf_counter() - self.start, **timer.totals,
+                          "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+                          "max_reserved_gib": torch.cuda.max_memory_reserved() / 2**30})
+
+    trainer = train.build_trainer(config, model, processor, dataset, Path(args.out) / "run",
+                                  fast_generation=args.fast_generation, callbacks=[StepClock()])
+    timer.wrap(trainer, "_generate_single_turn", "generation_s")
+    timer.wrap(trainer, "_calculate_rewards", "reward_s")
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
+    after_warmup = steps[args.warmup:] or steps
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    gen = median([s.get("generation_s", 0.0) for s in after_warmup])
+    step = median([s["step_s"] for s in after_warmup])
+    reward = median([s.get("reward_s", 0.0) for s in after_warmup])
+    tokens = 8 * (median(lengths[args.warmup:] or lengths) if lengths else args.completion)
+    wbytes = weight_bytes(model)
+    per_token = gen / max(1.0, tokens / 8)
+    bound = wbytes / (bandwidth / 2)  # reading the weights once: bytes / read bandwidth (copy counts read+write)
+    return {
+        "steps": steps, "step_s": step, "generation_s": gen, "reward_s": reward, "training_s": step - gen - reward,
+        "completion_tokens_per_step": tokens, "completion_tokens_per_s": tokens / step,
+        "decode_ms_per_token_step": 1000 * per_token, "weight_bytes": wbytes, "weight_read_ms": 1000 * bound,
+        "decode_efficiency": bound / per_token,
+        "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
+        "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
+    }
+
+
+def main() -> None:
+    import sys
+
+    if "unsloth4" in sys.argv:
+        import unsloth  # noqa: F401  (Unsloth patches transformers only when imported first)
+    import torch
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", choices=SHAPES, default="8b")
+    p.add_argument("--backend", choices=["unsloth4", "bnb4", "bf16"], default="bnb4")
+    p.add_argument("--completion", type=int, default=256)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--fast-generation", action="store_true")
+    p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
+    args = p.parse_args()
+    path = build_checkpoint(args.size, Path(args.checkpoints))
+    bandwidth = copy_bandwidth()
+    started = time.time()
+    result = bench_train(args, path, bandwidth)
+    result.update(size=args.size, backend=args.backend, completion=args.completion, fast_generation=args.fast_generation,
+                  gpu=torch.cuda.get_device_name(), copy_bandwidth_tb_s=bandwidth / 1e12,
+                  wall_s=time.time() - started, torch=torch.__version__,
+                  cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+    expandable = "expandable_segments:True" in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
+    name = (f"gspo_{args.size}_{args.backend}{'_fast' if args.fast_generation else ''}_{args.completion}"
+            f"{'_expandable' if expandable else ''}.json")
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / name).write_text(json.dumps(result, indent=2))
+    keys = ("step_s", "generation_s", "reward_s", "training_s", "completion_tokens_per_s", "decode_ms_per_token_step",
+            "weight_read_ms", "decode_efficiency", "max_allocated_gib", "max_reserved_gib")
+    print("RESULT", name, json.dumps({k: round(result[k], 3) for k in keys}))
+
+
+if __name__ == "__main__":
+    main()
