@@ -1,16 +1,16 @@
 """The one answer grammar of vlrl: tags, solution extraction, number parsing and answer matching.
 
-Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator (a port of this file,
-specified in rewards/SPEC.md) all go through here, so "the reward says correct" and "the eval says correct" cannot
-disagree. Two verbs:
+Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator (a port of this
+file, specified in rewards/SPEC.md) all go through here, so "the reward says correct" and "the eval says
+correct" cannot disagree. Two verbs:
 
     >>> extract_solution("<REASONING>2+1</REASONING><SOLUTION> 3 </SOLUTION>")
     '3'
     >>> is_correct("3.0", "3")
     True
 
-Every function here accepts any input and never raises: a completion or an answer of an unexpected type is text ""
-or a missing answer (None), and every scan is linear in the input (no regex that can backtrack).
+Every function here accepts any input and never raises: a completion or an answer of an unexpected type is
+text "" or a missing answer (None), and every scan is linear in the input (no regex that can backtrack).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import numbers
 import re
 import threading
 
@@ -25,23 +26,25 @@ REASONING_START, REASONING_END = "<REASONING>", "</REASONING>"
 SOLUTION_START, SOLUTION_END = "<SOLUTION>", "</SOLUTION>"
 THINK_START, THINK_END = "<think>", "</think>"
 
-# Stripped around answers. ASCII only, spelled out, so that the JavaScript port strips exactly the same characters
-# (Python's str.strip() and JavaScript's trim() disagree on a few Unicode spaces).
+# Stripped around answers. ASCII only, spelled out, so that the JavaScript port strips exactly the same
+# characters (Python's str.strip() and JavaScript's trim() disagree on a few Unicode spaces).
 WHITESPACE = " \t\n\r\v\f"
 
 # Which rule matched, and what each is worth to the correctness reward (vlrl.rewards.MATCH_SCORES).
 MATCH_KINDS = ("exact", "choice", "numeric", "symbolic", "none")
 
-# A number: optional sign, digits with optional thousands separators ("1,250"), optional decimals (".5", "3."),
-# optional exponent. The same strings as Python's float() minus inf/nan/underscores, plus thousands separators.
+# A number: optional sign, digits with optional thousands separators ("1,250"), optional decimals (".5",
+# "3."), optional exponent: Python's float() syntax minus inf/nan/underscores, plus thousands separators.
 # ASCII digits only: Python's \d and float() also take "٣" and "３", which the JavaScript port would not.
-_NUMBER = re.compile(r"[+-]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+)
 MAX_NUMBER_CHARS = 100  # no real number answer is longer; keeps parsing cheap on garbage
-# Decorations a number may carry whatever the item's unit: LaTeX math delimiters or a currency sign ($), and one
-# percent or degree sign. A unit only counts when it is the item's `unit`.
+# Decorations a number may carry whatever the item's unit: LaTeX math delimiters or a currency sign ($), and
+# one percent or degree sign. A unit only counts when it is the item's `unit`.
 _NUMBER_SUFFIXES = ("\\%", "%", "^{\\circ}", "^\\circ", "°")
 MAX_PRECISION = 15  # doubles hold ~15-17 significant digits; more decimals than that mean nothing
-MAX_SYMBOLIC_CHARS = 200  # math-verify parses with sympy; geometry answers are short, and hedges should not fit
+MAX_SYMBOLIC_CHARS = 200  # sympy parses it; geometry answers are short, and long hedges should not fit
 _MAX_NESTING = 32  # completions nest at most ~3 deep (list of messages, content parts); deeper is garbage
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -50,9 +53,10 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 def as_text(completion) -> str:
     """Returns the text of a completion in any form a trainer passes.
 
-    Plain strings (Unsloth's patched GRPOTrainer), TRL's conversational `[{"role": "assistant", "content": ...}]`,
-    content given as a list of parts (`{"type": "text", "text": ...}`), bytes (decoded as UTF-8, bad bytes replaced).
-    Messages of other roles, non-text parts and anything else contribute nothing.
+    Plain strings (Unsloth's patched GRPOTrainer), TRL's conversational
+    `[{"role": "assistant", "content": ...}]`, content given as a list of parts
+    (`{"type": "text", "text": ...}`), bytes (decoded as UTF-8, bad bytes replaced). Messages of other roles,
+    non-text parts and anything else contribute nothing.
 
     Args:
         completion: the completion, in any of those forms.
@@ -66,7 +70,8 @@ def as_text(completion) -> str:
     ''
     """
     parts, stack, seen = [], [(completion, 0)], set()
-    while stack:  # iterative, with a depth cap and a seen-set: no RecursionError, no loop on self-containing lists
+    # Iterative, with a depth cap and a seen-set: no RecursionError, no endless loop on a list holding itself.
+    while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
             parts.append(item)
@@ -92,8 +97,9 @@ def as_text(completion) -> str:
 def strip_think(text: str) -> str:
     """Removes `<think>...</think>` blocks (Qwen3-VL "-Thinking" checkpoints) before anything is scored.
 
-    An unclosed `<think>` is unfinished thinking: it and everything after it go. A `</think>` with no opening (the
-    thinking chat template puts `<think>` in the prompt) ends the thinking: only what follows the last one stays.
+    An unclosed `<think>` is unfinished thinking: it and everything after it go. A `</think>` with no
+    opening (the thinking chat template puts `<think>` in the prompt) ends the thinking: only what follows the
+    last one stays.
 
     Args:
         text: the completion text.
@@ -125,8 +131,8 @@ def strip_think(text: str) -> str:
 
 
 def _block_spans(text: str, start_tag: str, end_tag: str, limit: int | None = None) -> list[tuple[int, int]]:
-    # A block is a start tag and the nearest end tag after it; the scan resumes after that end tag. These are the
-    # matches of re.findall(f"{start_tag}(.*?){end_tag}", text, re.DOTALL), found in linear time.
+    # A block is a start tag and the nearest end tag after it; the scan resumes after that end tag. These are
+    # the matches of re.findall(f"{start_tag}(.*?){end_tag}", text, re.DOTALL), found in linear time.
     spans, pos = [], 0
     while limit is None or len(spans) < limit:
         start = text.find(start_tag, pos)
@@ -166,7 +172,7 @@ def _strip(text: str) -> str:
 
 
 def extract_solution(completion) -> str | None:
-    """Returns the value inside the single `<SOLUTION>` block, stripped; None unless there is exactly one block.
+    """Returns the value inside the single `<SOLUTION>` block, stripped; None unless there is exactly one.
 
     The same block rule as the format reward, so "one SOLUTION block" means the same thing to both rewards.
 
@@ -188,11 +194,11 @@ def extract_solution(completion) -> str | None:
 
 
 def parse_number(text, unit: str | None = None) -> float | None:
-    """Parses a plain number: "3", "3.0", "-.5", "1,250", "1e3", "50%", "30°", "$3$", "12 cm" when `unit` is "cm".
+    """Parses a number: "3", "3.0", "-.5", "1,250", "1e3", "50%", "30°", "$3$", "12 cm" when `unit` is "cm".
 
     Args:
         text: the answer text (a finite int or float is returned as a float).
-        unit: the item's unit; a trailing copy of it is ignored. Any other trailing word makes it not a number.
+        unit: the item's unit; a trailing copy of it is ignored. Any other trailing word makes it no number.
 
     Returns:
         The value, or None when the text is not a number in this grammar (or is not finite).
@@ -206,7 +212,7 @@ def parse_number(text, unit: str | None = None) -> float | None:
     """
     if isinstance(text, bool):
         return None
-    if isinstance(text, (int, float)):
+    if isinstance(text, numbers.Real):
         try:
             value = float(text)
         except OverflowError:  # an int beyond the double range
@@ -242,22 +248,27 @@ def as_answer(value) -> str | None:
         return _strip(value)
     if isinstance(value, (bytes, bytearray)):
         return _strip(bytes(value).decode("utf-8", errors="replace"))
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numbers.Real takes numpy scalars too
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # NaN is how a data frame spells a missing value
-    return str(value)
+    if isinstance(value, numbers.Integral):
+        # No answer has 100 digits; str() of an int refuses more than 4300.
+        return str(int(value)) if abs(value) < 10**100 else None
+    value = float(value)
+    return str(value) if math.isfinite(value) else None  # NaN is how a data frame spells a missing value
 
 
 def _as_precision(value) -> int | None:
-    """MathVista's `precision` as decimals 0..15; anything else (None, NaN, 2.5, -1, "two") means no precision."""
+    """MathVista's `precision` as decimals 0..15; anything else (None, NaN, 2.5, -1, "two") means none."""
     if isinstance(value, str):
         value = _strip(value)
-        return int(value) if value.isdigit() and len(value) <= 2 and int(value) <= MAX_PRECISION else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        digits = value.isascii() and value.isdigit() and len(value) <= 2  # "²".isdigit() is True too
+        return int(value) if digits and int(value) <= MAX_PRECISION else None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        return None
+    if not isinstance(value, numbers.Integral):
+        value = float(value)
+        if not value.is_integer():  # 2.5, NaN, inf
+            return None
     return int(value) if 0 <= value <= MAX_PRECISION else None
 
 
@@ -269,9 +280,10 @@ def _as_choices(choices) -> list[str] | None:
 
 
 def _option_letter(text: str, n_choices: int) -> tuple[int, str] | None:
-    """Reads an option reference: "B", "(B)", "(b)", "B.", "B)", "B:", optionally followed by the option's text.
+    """Reads an option reference: "B", "(B)", "(b)", "B.", "B)", "B:", maybe followed by the option's text.
 
-    Returns (index, the text after the letter) or None. Lower case counts only inside parentheses, as in MathVista.
+    Returns (index, the text after the letter) or None. Lower case counts only inside parentheses, as in
+    MathVista's scorer.
     """
     if len(text) >= 3 and text[0] == "(" and text[2] == ")" and text[1].isascii() and text[1].isalpha():
         letter, rest = text[1].upper(), text[3:]
@@ -290,9 +302,10 @@ def _same_text_ignoring_case(a: str, b: str) -> bool:
 def choice_of(pred: str, choices: list[str]) -> str | None:
     """The option a prediction picks on a multi-choice item, or None when it names none.
 
-    In order: a bare option letter ("B", "(B)", "B.") picks its option, as in MathVista's scoring (so a letter wins
-    over an option whose text is that letter); then an option's text exactly; then an option's text ignoring ASCII
-    case, when only one option matches; then a letter followed by its own option's text ("(B) 7").
+    In order: a bare option letter ("B", "(B)", "B.") picks its option, as in MathVista's scoring (so a letter
+    wins over an option whose text is that letter); then an option's text exactly; then an option's text
+    ignoring ASCII case, when only one option matches; then a letter followed by its own option's text
+    ("(B) 7").
 
     Args:
         pred: the stripped prediction.
@@ -331,8 +344,8 @@ def is_correct(pred, gold, **meta) -> bool:
     Args:
         pred: the extracted prediction (from `extract_solution`), or None.
         gold: the gold answer.
-        **meta: the item's MathVista columns (precision, question_type, choices, unit, answer_type) and `symbolic`;
-            see `match_kind`.
+        **meta: the item's MathVista columns (precision, question_type, choices, unit, answer_type) and
+            `symbolic`; see `match_kind`.
 
     Returns:
         True when a rule matched.
@@ -354,9 +367,10 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
        (`choice_of`), it is right if that option is the gold: "exact" when the text is the gold verbatim, else
        "choice"; a picked wrong option is "none".
     2. "exact": the stripped texts are equal.
-    3. "numeric": both parse as numbers (`parse_number`, with the item's `unit`) and are equal; with a `precision`,
-       equal once both are rounded to that many decimals (Python's round(), as MathVista's scorer rounds).
-    4. "symbolic" (only with `symbolic=True`, off for MathVista): math-verify finds them equivalent, gold first.
+    3. "numeric": both parse as numbers (`parse_number`, with the item's `unit`) and are equal; with a
+       `precision`, equal once both are rounded to that many decimals (Python's round(), as MathVista rounds).
+    4. "symbolic" (only with `symbolic=True`, off for MathVista): math-verify finds them equivalent, gold
+       first.
 
     Args:
         pred: the prediction, or None.
@@ -365,8 +379,8 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
         question_type: "multi_choice" turns on rule 1.
         choices: the options of a multi-choice item.
         unit: a trailing unit the numbers may carry ("12 cm").
-        answer_type: MathVista's answer type; accepted, but it changes nothing: `precision` carries the float rule,
-            and MathVista's integer rule (truncate 3.7 to 3) is deliberately not applied.
+        answer_type: MathVista's answer type; accepted, but it changes nothing: `precision` carries the float
+            rule, and MathVista's integer rule (truncate 3.7 to 3) is deliberately not applied.
         symbolic: also try math-verify (geometry answers like `2\\sqrt{3}`).
 
     Returns:
@@ -398,7 +412,7 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
 
 
 def check_gold(answer, **meta) -> str | None:
-    """Why a gold answer could not score full marks against itself, or None when it does (validate data with it).
+    """Why a gold answer cannot score full marks against itself, or None when it can (validate data with it).
 
     The one known case: a multi-choice item whose options are letters in another order ("(A) B (B) A"): a gold
     "A" is read as option A, as MathVista's scorer reads it, so no prediction "A" can be right.
@@ -413,9 +427,9 @@ def check_gold(answer, **meta) -> str | None:
         return "gold answer is missing"
     kind = match_kind(gold, gold, **meta)
     if kind != "exact":
-        return (f"gold {gold!r} does not score full marks against itself (match {kind!r}): a bare option letter "
-                "means that option; give multi-choice golds as the option's text, in choices that are not "
-                "re-ordered letters")
+        return (f"gold {gold!r} does not score full marks against itself (match {kind!r}): a bare option "
+                "letter means that option; give multi-choice golds as the option's text, in choices that are "
+                "not re-ordered letters")
     return None
 
 
@@ -433,7 +447,7 @@ def _symbolic_equal(pred: str, gold: str) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=4096)  # golds repeat across the group's generations, and predictions often do too
+@functools.lru_cache(maxsize=4096)  # golds repeat across a group's generations, and predictions often do too
 def _parse_math(text: str) -> tuple:
     try:
         from math_verify import parse
@@ -449,9 +463,10 @@ def _parse_math(text: str) -> tuple:
 
 
 def _timeout(seconds: int) -> int | None:
-    # math-verify times out with signal.alarm, which only works in the main thread (the trainer may score elsewhere).
+    # math-verify times out with signal.alarm, which only works in the main thread (a trainer may score in
+    # another).
     if threading.current_thread() is threading.main_thread():
         return seconds
     for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).setLevel(logging.ERROR)  # its "timeout disabled" warning, once per call otherwise
+        logging.getLogger(name).setLevel(logging.ERROR)  # else it warns "timeout disabled" at every call
     return None

@@ -1,18 +1,21 @@
 """TRL-compatible reward functions for visual math, built on the answer grammar of `vlrl.answers`.
 
-Each reward takes the completions a trainer passes (plain strings from Unsloth's patched GRPOTrainer, or TRL's
-conversational message lists) and the data set's columns as keyword arguments, and returns one float per completion.
-`None` means "skip this sample" (the gold answer is unusable); 0.0 means "wrong or badly formatted". No input makes
-them raise. rewards/SPEC.md states the rules; rewards/golden/*.jsonl holds the cases every port must pass.
+Each reward takes the completions a trainer passes (plain strings from Unsloth's patched GRPOTrainer, or
+TRL's conversational message lists) and the data set's columns as keyword arguments, and returns one float per
+completion. `None` means "skip this sample" (the gold answer is unusable); 0.0 means "wrong or badly
+formatted". No input makes them raise. rewards/SPEC.md states the rules; rewards/golden/*.jsonl holds the
+cases every port must pass.
 
-The combined reward is R = 0.3 * format + 1.0 * correctness (`REWARD_WEIGHTS`, used by `vlrl.config.gspo_config`):
+The combined reward is R = 0.3 * format + 1.0 * correctness (`REWARD_WEIGHTS`, which `vlrl.config.gspo_config`
+passes to TRL as `reward_weights`):
 
     >>> format_reward(["<REASONING>4-1=3</REASONING><SOLUTION>3</SOLUTION>"])
     [2.0]
     >>> correctness_reward(["<SOLUTION>3.0</SOLUTION>"], answer=["3"])
     [1.5]
 
-In your own TRL script: `GRPOTrainer(..., reward_funcs=REWARD_FUNCS, args=GRPOConfig(reward_weights=REWARD_WEIGHTS))`.
+In your own TRL script: `GRPOTrainer(..., reward_funcs=REWARD_FUNCS,
+args=GRPOConfig(..., reward_weights=REWARD_WEIGHTS))`.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ from vlrl import answers
 
 FORMAT_WEIGHT = 0.3  # format is a means: two format points (0.6) never outweigh one correct answer (1.5-2.0)
 CORRECTNESS_WEIGHT = 1.0
-# What each matching rule of `answers.match_kind` is worth. Exact text (or the option, named by its letter) earns the
-# most; an equal number written differently, or an equivalent expression, a little less, so the model learns to
-# write the answer the way the data set does.
+# What each matching rule of `answers.match_kind` is worth. The exact text (or the option, named by its
+# letter) earns the most; an equal number written differently, or an equivalent expression, a little less, so
+# the model learns to write the answer the way the data set does.
 MATCH_SCORES = {"exact": 2.0, "choice": 2.0, "numeric": 1.5, "symbolic": 1.5, "none": 0.0}
 DEGENERATE_PENALTY = -2.0
 DEGENERATE_MARKER = "addCriterion"  # a known Qwen-VL failure: the model loops on this token and newlines
@@ -58,11 +61,12 @@ def format_parts(completion) -> dict:
         completion: one completion, in any form `answers.as_text` accepts.
 
     Returns:
-        `{reasoning_blocks, solution_blocks, degeneration_ratio, degenerate, score}`, counted after `<think>` blocks
-        are removed; `score` is what `format_reward` gives.
+        `{reasoning_blocks, solution_blocks, degeneration_ratio, degenerate, score}`, counted after `<think>`
+        blocks are removed; `score` is what `format_reward` gives.
 
-    >>> format_parts("<SOLUTION>1</SOLUTION>")
-    {'reasoning_blocks': 0, 'solution_blocks': 1, 'degeneration_ratio': 0.0, 'degenerate': False, 'score': 1.0}
+    >>> parts = format_parts("<SOLUTION>1</SOLUTION>")
+    >>> parts["reasoning_blocks"], parts["solution_blocks"], parts["degenerate"], parts["score"]
+    (0, 1, False, 1.0)
     """
     text = answers.strip_think(answers.as_text(completion))
     reasoning = answers.count_blocks(text, answers.REASONING_START, answers.REASONING_END)
@@ -80,7 +84,7 @@ def format_reward(completions, log_metric=None, **kwargs) -> list[float]:
     Args:
         completions: plain strings or TRL conversational completions.
         log_metric: the trainer's metric logger (TRL passes it); logs `format/degenerate_rate`, the share of
-            completions penalized for spam, so a collapse shows in the training logs before it shows in the reward.
+            completions penalized for spam, so a collapse shows in the logs before it sinks the reward.
         **kwargs: data set columns (unused).
 
     Returns:
@@ -100,48 +104,35 @@ def correctness_parts(completion, answer, **meta) -> dict:
 
     Args:
         completion: one completion, in any form `answers.as_text` accepts.
-        answer: the gold answer; None (or empty) means there is nothing to score against.
+        answer: the gold answer; None (or blank) means there is nothing to score against.
         **meta: the item's MathVista columns (precision, question_type, choices, unit, answer_type), and
             `symbolic=True` to let math-verify judge equivalence (see `answers.match_kind`).
 
     Returns:
-        `{prediction, match, score}`: the SOLUTION value (None without exactly one block), the rule that matched
-        (`answers.MATCH_KINDS`), and the reward (None when the gold is missing: TRL skips the sample).
+        `{prediction, match, score}`: the SOLUTION value (None without exactly one block), the rule that
+        matched (`answers.MATCH_KINDS`), and the reward (None when the gold is missing: TRL skips the sample).
 
     >>> correctness_parts("<SOLUTION>B</SOLUTION>", "7", question_type="multi_choice", choices=["3", "7"])
     {'prediction': 'B', 'match': 'choice', 'score': 2.0}
     """
     prediction = answers.extract_solution(completion)
-    if not answers.as_answer(answer):
-        return {"prediction": prediction, "match": "none", "score": None}  # unusable gold: TRL skips the sample
+    if not answers.as_answer(answer):  # no usable gold: None tells TRL to skip the sample
+        return {"prediction": prediction, "match": "none", "score": None}
     kind = answers.match_kind(prediction, answer, **meta)
     return {"prediction": prediction, "match": kind, "score": MATCH_SCORES[kind]}
-
-
-def _correctness(completions, answer, kwargs: dict, *, symbolic: bool) -> list[float | None]:
-    completions = _as_list(completions)
-    scores = []
-    for i, completion in enumerate(completions):
-        meta = {key: _column(kwargs.get(key), i) for key in META_COLUMNS}
-        scores.append(correctness_parts(completion, _column(answer, i), symbolic=symbolic, **meta)["score"])
-    log_metric = kwargs.get("log_metric")
-    if callable(log_metric) and scores:
-        # A counted skip beats a silent one: a rising rate means the data lost its gold answers.
-        log_metric("correctness/skipped_rate", sum(s is None for s in scores) / len(scores))
-    return scores
 
 
 def correctness_reward(completions, answer, **kwargs) -> list[float | None]:
     """2.0 for an exact match with the gold answer, 1.5 for a numeric one, 0.0 otherwise, None without a gold.
 
-    MathVista's rules: option letters pick their option, `precision` rounds float answers, a trailing `unit` is
-    allowed. No symbolic matching (see `symbolic_correctness_reward`).
+    MathVista's rules: option letters pick their option, `precision` rounds float answers, a trailing `unit`
+    is allowed. No symbolic matching (see `symbolic_correctness_reward`).
 
     Args:
         completions: plain strings or TRL conversational completions.
         answer: the gold answers, one per completion.
-        **kwargs: MathVista columns that refine the match, one value per completion: precision, question_type,
-            choices, unit, answer_type. TRL's `log_metric` logs `correctness/skipped_rate`.
+        **kwargs: MathVista columns that refine the match, one value per completion: precision,
+            question_type, choices, unit, answer_type. TRL's `log_metric` logs `correctness/skipped_rate`.
 
     Returns:
         One score per completion; None where the gold answer is missing.
@@ -155,10 +146,10 @@ def correctness_reward(completions, answer, **kwargs) -> list[float | None]:
 
 
 def symbolic_correctness_reward(completions, answer, **kwargs) -> list[float | None]:
-    """`correctness_reward`, plus 1.5 when math-verify finds the answer equivalent to the gold (geometry data).
+    """`correctness_reward`, plus 1.5 when math-verify finds the answer equivalent to the gold (geometry).
 
-    For geo3k-style answers (`2\\sqrt{3}`, `\\frac{4}{3}`); off for MathVista, whose string and number rules are the
-    official ones. Slower: each new answer is parsed with sympy.
+    For geo3k-style answers (`2\\sqrt{3}`, `\\frac{4}{3}`); off for MathVista, whose string and number rules
+    are the official ones. Slower: each new answer is parsed with sympy.
 
     Args:
         completions: plain strings or TRL conversational completions.
@@ -172,6 +163,18 @@ def symbolic_correctness_reward(completions, answer, **kwargs) -> list[float | N
     [1.5]
     """
     return _correctness(completions, answer, kwargs, symbolic=True)
+
+
+def _correctness(completions, answer, kwargs: dict, *, symbolic: bool) -> list[float | None]:
+    scores = []
+    for i, completion in enumerate(_as_list(completions)):
+        meta = {key: _column(kwargs.get(key), i) for key in META_COLUMNS}
+        scores.append(correctness_parts(completion, _column(answer, i), symbolic=symbolic, **meta)["score"])
+    log_metric = kwargs.get("log_metric")
+    if callable(log_metric) and scores:
+        # A counted skip beats a silent one: a rising rate means the data lost its gold answers.
+        log_metric("correctness/skipped_rate", sum(s is None for s in scores) / len(scores))
+    return scores
 
 
 def reward_funcs(symbolic: bool = False) -> list:
@@ -202,8 +205,6 @@ def _as_list(completions) -> list:
         return []
     if isinstance(completions, (str, bytes, bytearray, dict)):
         return [completions]
-    if isinstance(completions, (list, tuple)):
-        return list(completions)
     try:
         return list(completions)
     except TypeError:  # not iterable: one odd completion
@@ -211,7 +212,7 @@ def _as_list(completions) -> list:
 
 
 def _column(value, i: int):
-    # The i-th value of a data set column; a scalar (answer="3", precision=2) is the same for every completion.
+    # The i-th value of a data set column; a scalar (answer="3", precision=2) holds for every completion.
     if value is None or isinstance(value, (str, bytes, bool, int, float)):
         return value
     try:
