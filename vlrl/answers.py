@@ -433,6 +433,7 @@ def check_gold(answer, **meta) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=16384)  # verify costs ~0.1 s (sympy), and the same wrong answers come back
 def _symbolic_equal(pred: str, gold: str) -> bool:
     if len(pred) > MAX_SYMBOLIC_CHARS or len(gold) > MAX_SYMBOLIC_CHARS:
         return False
