@@ -1,6 +1,10 @@
 """Regression tables for vlrl.answers, the one answer grammar (rewards/SPEC.md sections 1-9)."""
 
+import math
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vlrl import answers
 
@@ -243,3 +247,36 @@ def test_synthetic_golds_score_full_marks():
     for item in items:
         meta = {k: item[k] for k in ("precision", "question_type", "choices", "unit", "answer_type")}
         assert answers.check_gold(item["answer"], **meta) is None, item["id"]
+
+
+# --- every public function takes any input ------------------------------------------------------------------
+
+anything = st.recursive(
+    st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=8), st.integers(), st.floats(),
+              st.booleans(), st.sampled_from(["", "<SOLUTION>", "</SOLUTION>", "(B)", "B", "3", "\ud800"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=anything, b=anything, c=anything)
+def test_fuzz_public_functions_never_raise(a, b, c):
+    assert isinstance(answers.as_text(a), str)
+    assert isinstance(answers.strip_think(a), str)
+    assert isinstance(answers.count_blocks(a, "<SOLUTION>", "</SOLUTION>"), int)
+    assert isinstance(answers.count_blocks("<SOLUTION>x</SOLUTION>", b, c), int)
+    assert answers.extract_solution(a) is None or isinstance(answers.extract_solution(a), str)
+    number = answers.parse_number(a, unit=b)
+    assert number is None or math.isfinite(number)
+    assert answers.as_answer(a) is None or isinstance(answers.as_answer(a), str)
+    assert answers.choice_of(a, b) is None or isinstance(answers.choice_of(a, b), str)
+    kind = answers.match_kind(a, b, choices=c, question_type="multi_choice", precision=c, unit=c)
+    assert kind in answers.MATCH_KINDS
+    problem = answers.check_gold(a, choices=c, question_type="multi_choice")
+    assert problem is None or isinstance(problem, str)
+
+
+def test_empty_tags_count_nothing():
+    assert answers.count_blocks("abc", "", "") == 0

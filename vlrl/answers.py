@@ -162,8 +162,9 @@ def count_blocks(text: str, start_tag: str, end_tag: str) -> int:
     >>> count_blocks("<SOLUTION><SOLUTION>1</SOLUTION>", SOLUTION_START, SOLUTION_END)
     1
     """
-    if not isinstance(text, str):
-        return 0
+    tags = (start_tag, end_tag)
+    if not isinstance(text, str) or not all(isinstance(tag, str) and tag for tag in tags):
+        return 0  # (an empty tag would match everywhere)
     return len(_block_spans(text, start_tag, end_tag))
 
 
@@ -308,15 +309,18 @@ def choice_of(pred: str, choices: list[str]) -> str | None:
     ("(B) 7").
 
     Args:
-        pred: the stripped prediction.
-        choices: the stripped option texts.
+        pred: the prediction.
+        choices: the item's options (at most 26).
 
     Returns:
-        The picked option's text, or None.
+        The picked option's text (stripped), or None.
 
     >>> choice_of("(B)", ["3", "7"]), choice_of("yes", ["Yes", "No"]), choice_of("B. 3", ["3", "7"])
     ('7', 'Yes', None)
     """
+    pred, choices = as_answer(pred), _as_choices(choices)
+    if pred is None or choices is None:
+        return None
     letter = _option_letter(pred, len(choices))
     if letter is not None and letter[1] == "":
         return choices[letter[0]]
