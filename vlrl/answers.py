@@ -1,62 +1,119 @@
 """The one answer grammar of vlrl: tags, solution extraction, number parsing and answer matching.
 
-Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator all go through this file,
-so "the reward says correct" and "the eval says correct" cannot disagree. Two verbs, gold second:
+Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator (a port of this
+file, specified in rewards/SPEC.md) all go through here, so "the reward says correct" and "the eval says
+correct" cannot disagree. Two verbs:
 
     >>> extract_solution("<REASONING>2+1</REASONING><SOLUTION> 3 </SOLUTION>")
     '3'
     >>> is_correct("3.0", "3")
     True
+
+Every function here accepts any input and never raises: a completion or an answer of an unexpected type is
+text "" or a missing answer (None), and every scan is linear in the input (no regex that can backtrack).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
+import numbers
 import re
+import threading
 
 REASONING_START, REASONING_END = "<REASONING>", "</REASONING>"
 SOLUTION_START, SOLUTION_END = "<SOLUTION>", "</SOLUTION>"
 THINK_START, THINK_END = "<think>", "</think>"
 
-# A plain decimal, optionally signed, with optional thousands separators ("1,250") or a leading dot (".5").
-_NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][+-]?\d+)?")
+# Stripped around answers. ASCII only, spelled out, so that the JavaScript port strips exactly the same
+# characters (Python's str.strip() and JavaScript's trim() disagree on a few Unicode spaces).
+WHITESPACE = " \t\n\r\v\f"
+
+# Which rule matched, and what each is worth to the correctness reward (vlrl.rewards.MATCH_SCORES).
+MATCH_KINDS = ("exact", "choice", "numeric", "symbolic", "none")
+
+# A number: optional sign, digits with optional thousands separators ("1,250"), optional decimals (".5",
+# "3."), optional exponent: Python's float() syntax minus inf/nan/underscores, plus thousands separators.
+# ASCII digits only: Python's \d and float() also take "٣" and "３", which the JavaScript port would not.
+_NUMBER = re.compile(
+    r"[+-]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+)
+MAX_NUMBER_CHARS = 100  # no real number answer is longer; keeps parsing cheap on garbage
+# Decorations a number may carry whatever the item's unit: LaTeX math delimiters or a currency sign ($), and
+# one percent or degree sign. A unit only counts when it is the item's `unit`.
+_NUMBER_SUFFIXES = ("\\%", "%", "^{\\circ}", "^\\circ", "°")
+MAX_PRECISION = 15  # doubles hold ~15-17 significant digits; more decimals than that mean nothing
+MAX_SYMBOLIC_CHARS = 200  # sympy parses it; geometry answers are short, and long hedges should not fit
+_MAX_NESTING = 32  # completions nest at most ~3 deep (list of messages, content parts); deeper is garbage
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def as_text(completion) -> str:
     """Returns the text of a completion in any form a trainer passes.
 
-    Plain strings (Unsloth's patched GRPOTrainer), TRL's conversational `[{"role": "assistant", "content": ...}]`,
-    content given as a list of parts (`{"type": "text", "text": ...}`), bytes, or anything else (-> "").
+    Plain strings (Unsloth's patched GRPOTrainer), TRL's conversational
+    `[{"role": "assistant", "content": ...}]`, content given as a list of parts
+    (`{"type": "text", "text": ...}`), bytes (decoded as UTF-8, bad bytes replaced). Messages of other roles,
+    non-text parts and anything else contribute nothing.
+
+    Args:
+        completion: the completion, in any of those forms.
+
+    Returns:
+        The concatenated text, "" when there is none.
 
     >>> as_text([{"role": "assistant", "content": [{"type": "text", "text": "hi"}]}])
     'hi'
+    >>> as_text(None)
+    ''
     """
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, (bytes, bytearray)):
-        return bytes(completion).decode("utf-8", errors="replace")
-    if isinstance(completion, dict):
-        if "content" in completion:
-            return as_text(completion["content"])
-        if completion.get("type") == "text":
-            return as_text(completion.get("text"))
-        return ""
-    if isinstance(completion, (list, tuple)):
-        # Conversational: the assistant turns; a list of content parts: their text.
-        return "".join(as_text(part) for part in completion if not _is_other_role(part))
-    return ""
-
-
-def _is_other_role(part) -> bool:
-    return isinstance(part, dict) and part.get("role") not in (None, "assistant")
+    parts, stack, seen = [], [(completion, 0)], set()
+    # Iterative, with a depth cap and a seen-set: no RecursionError, no endless loop on a list holding itself.
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, (bytes, bytearray)):
+            parts.append(bytes(item).decode("utf-8", errors="replace"))
+        elif depth >= _MAX_NESTING or id(item) in seen:
+            continue
+        elif isinstance(item, dict):
+            seen.add(id(item))
+            role = item.get("role")
+            if isinstance(role, str) and role != "assistant":
+                continue  # the prompt's turns, if a caller passed the whole conversation
+            if "content" in item:
+                stack.append((item["content"], depth + 1))
+            elif item.get("type") == "text":
+                stack.append((item.get("text"), depth + 1))
+        elif isinstance(item, (list, tuple)):
+            seen.add(id(item))
+            stack.extend((part, depth + 1) for part in reversed(item))
+    return "".join(parts)
 
 
 def strip_think(text: str) -> str:
-    """Removes `<think>...</think>` blocks (Qwen3-VL "-Thinking" checkpoints), and an unclosed one's opening.
+    """Removes `<think>...</think>` blocks (Qwen3-VL "-Thinking" checkpoints) before anything is scored.
+
+    An unclosed `<think>` is unfinished thinking: it and everything after it go. A `</think>` with no
+    opening (the thinking chat template puts `<think>` in the prompt) ends the thinking: only what follows the
+    last one stays.
+
+    Args:
+        text: the completion text.
+
+    Returns:
+        The text with the thinking removed.
 
     >>> strip_think("<think>hmm</think><SOLUTION>1</SOLUTION>")
     '<SOLUTION>1</SOLUTION>'
+    >>> strip_think("the prompt opened it</think> 7")
+    ' 7'
     """
+    if not isinstance(text, str):
+        return ""
     out, pos = [], 0
     while True:
         start = text.find(THINK_START, pos)
@@ -65,56 +122,87 @@ def strip_think(text: str) -> str:
             break
         out.append(text[pos:start])
         end = text.find(THINK_END, start + len(THINK_START))
-        if end < 0:  # unclosed: everything after it is unfinished thinking
+        if end < 0:
             break
         pos = end + len(THINK_END)
     text = "".join(out)
-    # Qwen3 thinking templates put <think> in the prompt, so the completion may start with a bare "...</think>".
     close = text.rfind(THINK_END)
     return text[close + len(THINK_END):] if close >= 0 else text
 
 
+def _block_spans(text: str, start_tag: str, end_tag: str, limit: int | None = None) -> list[tuple[int, int]]:
+    # A block is a start tag and the nearest end tag after it; the scan resumes after that end tag. These are
+    # the matches of re.findall(f"{start_tag}(.*?){end_tag}", text, re.DOTALL), found in linear time.
+    spans, pos = [], 0
+    while limit is None or len(spans) < limit:
+        start = text.find(start_tag, pos)
+        if start < 0:
+            break
+        end = text.find(end_tag, start + len(start_tag))
+        if end < 0:  # no end tag after this start, so none after any later start either
+            break
+        spans.append((start + len(start_tag), end))
+        pos = end + len(end_tag)
+    return spans
+
+
 def count_blocks(text: str, start_tag: str, end_tag: str) -> int:
-    """Counts well-formed `start_tag ... end_tag` blocks, scanning once (linear time, no regex backtracking).
+    """Counts `start_tag ... end_tag` blocks: each start tag with the nearest end tag after it, scanning on.
+
+    Args:
+        text: the text to scan (already through `as_text` and `strip_think`).
+        start_tag: e.g. `SOLUTION_START`.
+        end_tag: e.g. `SOLUTION_END`.
+
+    Returns:
+        The number of blocks, as `len(re.findall(start + "(.*?)" + end, text, re.DOTALL))` would count them.
 
     >>> count_blocks("<SOLUTION>1</SOLUTION><SOLUTION>2</SOLUTION>", SOLUTION_START, SOLUTION_END)
     2
+    >>> count_blocks("<SOLUTION><SOLUTION>1</SOLUTION>", SOLUTION_START, SOLUTION_END)
+    1
     """
-    count, pos = 0, 0
-    while True:
-        start = text.find(start_tag, pos)
-        if start < 0:
-            return count
-        end = text.find(end_tag, start + len(start_tag))
-        if end < 0:
-            return count
-        count, pos = count + 1, end + len(end_tag)
+    tags = (start_tag, end_tag)
+    if not isinstance(text, str) or not all(isinstance(tag, str) and tag for tag in tags):
+        return 0  # (an empty tag would match everywhere)
+    return len(_block_spans(text, start_tag, end_tag))
 
 
-def extract_solution(text) -> str | None:
-    """Returns the stripped value inside the single `<SOLUTION>` block, or None unless there is exactly one.
+def _strip(text: str) -> str:
+    return text.strip(WHITESPACE)
+
+
+def extract_solution(completion) -> str | None:
+    """Returns the value inside the single `<SOLUTION>` block, stripped; None unless there is exactly one.
+
+    The same block rule as the format reward, so "one SOLUTION block" means the same thing to both rewards.
 
     Args:
-        text: a completion, in any form `as_text` accepts.
+        completion: a completion in any form `as_text` accepts; `<think>` blocks are removed first.
 
     Returns:
-        The answer text, or None when there is no SOLUTION block, more than one, or stray tags.
+        The answer text ("" for an empty block), or None when there is no SOLUTION block or more than one.
 
     >>> extract_solution("<SOLUTION>1</SOLUTION><SOLUTION>2</SOLUTION>") is None
     True
     """
-    text = strip_think(as_text(text))
-    if text.count(SOLUTION_START) != 1 or text.count(SOLUTION_END) != 1:
+    text = strip_think(as_text(completion))
+    spans = _block_spans(text, SOLUTION_START, SOLUTION_END, limit=2)
+    if len(spans) != 1:
         return None
-    start = text.find(SOLUTION_START) + len(SOLUTION_START)
-    end = text.find(SOLUTION_END, start)
-    if end < 0:
-        return None
-    return text[start:end].strip()
+    start, end = spans[0]
+    return _strip(text[start:end])
 
 
 def parse_number(text, unit: str | None = None) -> float | None:
-    """Parses a plain number: "3", "3.0", "-0.5", "1,250", "12 cm" when `unit` is "cm", "50%". None otherwise.
+    """Parses a number: "3", "3.0", "-.5", "1,250", "1e3", "50%", "30°", "$3$", "12 cm" when `unit` is "cm".
+
+    Args:
+        text: the answer text (a finite int or float is returned as a float).
+        unit: the item's unit; a trailing copy of it is ignored. Any other trailing word makes it no number.
+
+    Returns:
+        The value, or None when the text is not a number in this grammar (or is not finite).
 
     >>> parse_number("1,250")
     1250.0
@@ -123,86 +211,267 @@ def parse_number(text, unit: str | None = None) -> float | None:
     >>> parse_number("12 apples") is None
     True
     """
-    if not isinstance(text, str):
-        if isinstance(text, (int, float)) and not isinstance(text, bool) and math.isfinite(text):
-            return float(text)
+    if isinstance(text, bool):
         return None
-    s = text.strip()
-    if len(s) > 64:  # no real answer is this long; keeps parsing cheap on garbage
+    if isinstance(text, numbers.Real):
+        try:
+            value = float(text)
+        except OverflowError:  # an int beyond the double range
+            return None
+        return value if math.isfinite(value) else None
+    if not isinstance(text, str) or len(text) > MAX_NUMBER_CHARS:
         return None
-    if unit and s.endswith(unit.strip()) and unit.strip():
-        s = s[: -len(unit.strip())].strip()
-    s = s.removeprefix("$").removesuffix("%").removesuffix("$").strip()
-    if not s or _NUMBER.fullmatch(s) is None or not any(c.isdigit() for c in s):
+    s = _strip(text)
+    unit = _strip(unit) if isinstance(unit, str) else ""
+    if unit and len(s) > len(unit) and s.endswith(unit):
+        s = _strip(s[: -len(unit)])
+    s = s.removeprefix("$").removesuffix("$")
+    for suffix in _NUMBER_SUFFIXES:
+        if s.endswith(suffix):
+            s = _strip(s[: -len(suffix)])
+            break
+    if _NUMBER.fullmatch(s) is None:
         return None
     value = float(s.replace(",", ""))
     return value if math.isfinite(value) else None
 
 
-def choice_letter_to_text(pred: str, choices) -> str:
-    """Maps an option letter ("B", "(B)", "B.") to its choice text; anything else is returned unchanged.
+def as_answer(value) -> str | None:
+    """An answer (gold or predicted) as stripped text; None when it is missing or of a type no answer has.
 
-    >>> choice_letter_to_text("(B)", ["3", "7"])
-    '7'
+    Text and bytes are stripped of `WHITESPACE`; a finite int or float becomes `str(value)`; None, NaN (a data
+    frame's missing value), bools, lists and anything else are None.
+
+    >>> as_answer(" 7 "), as_answer(3), as_answer(float("nan"))
+    ('7', '3', None)
     """
-    if not choices:
+    if isinstance(value, str):
+        return _strip(value)
+    if isinstance(value, (bytes, bytearray)):
+        return _strip(bytes(value).decode("utf-8", errors="replace"))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numbers.Real takes numpy scalars too
+        return None
+    if isinstance(value, numbers.Integral):
+        # No answer has 100 digits; str() of an int refuses more than 4300.
+        return str(int(value)) if abs(value) < 10**100 else None
+    value = float(value)
+    return str(value) if math.isfinite(value) else None  # NaN is how a data frame spells a missing value
+
+
+def _as_precision(value) -> int | None:
+    """MathVista's `precision` as decimals 0..15; anything else (None, NaN, 2.5, -1, "two") means none."""
+    if isinstance(value, str):
+        value = _strip(value)
+        digits = value.isascii() and value.isdigit() and len(value) <= 2  # "²".isdigit() is True too
+        return int(value) if digits and int(value) <= MAX_PRECISION else None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    if not isinstance(value, numbers.Integral):
+        value = float(value)
+        if not value.is_integer():  # 2.5, NaN, inf
+            return None
+    return int(value) if 0 <= value <= MAX_PRECISION else None
+
+
+def _as_choices(choices) -> list[str] | None:
+    """The options of a multi-choice item as stripped text, or None when there are none (at most 26: A..Z)."""
+    if not isinstance(choices, (list, tuple)) or not choices or len(choices) > 26:
+        return None
+    return [text if (text := as_answer(c)) is not None else "" for c in choices]
+
+
+def _option_letter(text: str, n_choices: int) -> tuple[int, str] | None:
+    """Reads an option reference: "B", "(B)", "(b)", "B.", "B)", "B:", maybe followed by the option's text.
+
+    Returns (index, the text after the letter) or None. Lower case counts only inside parentheses, as in
+    MathVista's scorer.
+    """
+    if len(text) >= 3 and text[0] == "(" and text[2] == ")" and text[1].isascii() and text[1].isalpha():
+        letter, rest = text[1].upper(), text[3:]
+    elif text[:1].isascii() and text[:1].isupper() and (len(text) == 1 or text[1] in ".):"):
+        letter, rest = text[0], text[2:]
+    else:
+        return None
+    index = ord(letter) - ord("A")
+    return (index, _strip(rest)) if index < n_choices else None
+
+
+def _same_text_ignoring_case(a: str, b: str) -> bool:
+    return a.translate(_ASCII_LOWER) == b.translate(_ASCII_LOWER)
+
+
+def choice_of(pred: str, choices: list[str]) -> str | None:
+    """The option a prediction picks on a multi-choice item, or None when it names none.
+
+    In order: a bare option letter ("B", "(B)", "B.") picks its option, as in MathVista's scoring (so a letter
+    wins over an option whose text is that letter); then an option's text exactly; then an option's text
+    ignoring ASCII case, when only one option matches; then a letter followed by its own option's text
+    ("(B) 7").
+
+    Args:
+        pred: the prediction.
+        choices: the item's options (at most 26).
+
+    Returns:
+        The picked option's text (stripped), or None.
+
+    >>> choice_of("(B)", ["3", "7"]), choice_of("yes", ["Yes", "No"]), choice_of("B. 3", ["3", "7"])
+    ('7', 'Yes', None)
+    """
+    pred, choices = as_answer(pred), _as_choices(choices)
+    if pred is None or choices is None:
+        return None
+    letter = _option_letter(pred, len(choices))
+    if letter is not None and letter[1] == "":
+        return choices[letter[0]]
+    if pred in choices:
         return pred
-    s = pred.strip().strip("()").rstrip(".").strip()
-    if len(s) == 1 and s.upper().isalpha():
-        index = ord(s.upper()) - ord("A")
-        if 0 <= index < len(choices):
-            return str(choices[index])
-    return pred
+    same = [c for c in choices if _same_text_ignoring_case(pred, c)]
+    if len(same) == 1:
+        return same[0]
+    if letter is not None and _same_text_ignoring_case(letter[1], choices[letter[0]]):
+        return choices[letter[0]]
+    return None  # includes "B. 3" where option B is not "3": the prediction contradicts itself
 
 
-def is_correct(pred, gold, *, precision=None, question_type=None, choices=None, unit=None, **_) -> bool:
-    """Whether a predicted answer matches the gold answer under MathVista's rules.
+def _gold_choice(gold: str, choices: list[str]) -> str:
+    # MathVista's gold is the option's text; a gold given as a letter (other data sets) means its option.
+    if gold in choices:
+        return gold
+    letter = _option_letter(gold, len(choices))
+    return choices[letter[0]] if letter is not None and letter[1] == "" else gold
+
+
+def is_correct(pred, gold, **meta) -> bool:
+    """Whether a predicted answer matches the gold answer: `match_kind(pred, gold, **meta) != "none"`.
 
     Args:
         pred: the extracted prediction (from `extract_solution`), or None.
         gold: the gold answer.
-        precision: decimals a float answer is compared at (MathVista's `precision`).
-        question_type: "multi_choice" maps option letters to `choices`.
-        choices: the options of a multi-choice item.
-        unit: a trailing unit that may follow the number ("12 cm").
+        **meta: the item's MathVista columns (precision, question_type, choices, unit, answer_type) and
+            `symbolic`; see `match_kind`.
 
     Returns:
-        True when the strings match exactly, or the numbers match (at `precision` decimals when given).
+        True when a rule matched.
 
     >>> is_correct("B", "7", question_type="multi_choice", choices=["3", "7"])
     True
     >>> is_correct("3.14159", "3.14", precision=2)
     True
     """
-    return match_kind(pred, gold, precision=precision, question_type=question_type, choices=choices, unit=unit) != "none"
+    return match_kind(pred, gold, **meta) != "none"
 
 
-def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, unit=None, **_) -> str:
-    """Which rule matched: "exact", "numeric" or "none" (also for a missing prediction or gold).
+def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, unit=None, answer_type=None,
+               symbolic: bool = False, **_) -> str:
+    """Which rule matched a prediction to the gold answer: "exact", "choice", "numeric", "symbolic" or "none".
+
+    The rules, tried in order (rewards/SPEC.md has the full table):
+    1. multi-choice (`question_type="multi_choice"` with `choices`): when the prediction picks an option
+       (`choice_of`), it is right if that option is the gold: "exact" when the text is the gold verbatim, else
+       "choice"; a picked wrong option is "none".
+    2. "exact": the stripped texts are equal.
+    3. "numeric": both parse as numbers (`parse_number`, with the item's `unit`) and are equal; with a
+       `precision`, equal once both are rounded to that many decimals (Python's round(), as MathVista rounds).
+    4. "symbolic" (only with `symbolic=True`, off for MathVista): math-verify finds them equivalent, gold
+       first.
+
+    Args:
+        pred: the prediction, or None.
+        gold: the gold answer, or None.
+        precision: decimals a float answer is compared at (MathVista's `precision`).
+        question_type: "multi_choice" turns on rule 1.
+        choices: the options of a multi-choice item.
+        unit: a trailing unit the numbers may carry ("12 cm").
+        answer_type: MathVista's answer type; accepted, but it changes nothing: `precision` carries the float
+            rule, and MathVista's integer rule (truncate 3.7 to 3) is deliberately not applied.
+        symbolic: also try math-verify (geometry answers like `2\\sqrt{3}`).
+
+    Returns:
+        The name of the rule that matched; "none" also for a missing prediction or gold.
 
     >>> match_kind("3", "3"), match_kind("3.0", "3"), match_kind("4", "3")
     ('exact', 'numeric', 'none')
     """
-    if pred is None or gold is None:
+    pred, gold = as_answer(pred), as_answer(gold)
+    if pred is None or not gold:
         return "none"
-    pred, gold = str(pred).strip(), str(gold).strip()
-    if question_type == "multi_choice":
-        pred = choice_letter_to_text(pred, choices)
+    options = _as_choices(choices) if question_type == "multi_choice" else None
+    if options is not None:
+        picked, gold_option = choice_of(pred, options), _gold_choice(gold, options)
+        if picked is not None:
+            return ("exact" if pred == gold else "choice") if picked == gold_option else "none"
+        gold = gold_option  # a gold given as a letter is compared as its option's text from here on
     if pred == gold:
         return "exact"
     p, g = parse_number(pred, unit), parse_number(gold, unit)
-    if p is None or g is None:
-        return "none"
-    digits = _as_int(precision)
-    if digits is not None:
-        return "numeric" if round(p, digits) == round(g, digits) else "none"
-    return "numeric" if math.isclose(p, g, rel_tol=1e-9, abs_tol=1e-9) else "none"
+    if p is not None and g is not None:
+        digits = _as_precision(precision)
+        if p == g or (digits is not None and round(p, digits) == round(g, digits)):
+            return "numeric"
+        return "none"  # two numbers that differ: no symbolic second opinion on plain numbers
+    if symbolic and _symbolic_equal(pred, gold):
+        return "symbolic"
+    return "none"
 
 
-def _as_int(value) -> int | None:
+def check_gold(answer, **meta) -> str | None:
+    """Why a gold answer cannot score full marks against itself, or None when it can (validate data with it).
+
+    The one known case: a multi-choice item whose options are letters in another order ("(A) B (B) A"): a gold
+    "A" is read as option A, as MathVista's scorer reads it, so no prediction "A" can be right.
+
+    >>> check_gold("7", question_type="multi_choice", choices=["3", "7"]) is None
+    True
+    >>> print(check_gold("A", question_type="multi_choice", choices=["B", "A"]))  # doctest: +ELLIPSIS
+    gold 'A' does not score full marks against itself (match 'none'): ...
+    """
+    gold = as_answer(answer)
+    if not gold:
+        return "gold answer is missing"
+    kind = match_kind(gold, gold, **meta)
+    if kind != "exact":
+        return (f"gold {gold!r} does not score full marks against itself (match {kind!r}): a bare option "
+                "letter means that option; give multi-choice golds as the option's text, in choices that are "
+                "not re-ordered letters")
+    return None
+
+
+@functools.lru_cache(maxsize=16384)  # verify costs ~0.1 s (sympy), and the same wrong answers come back
+def _symbolic_equal(pred: str, gold: str) -> bool:
+    if len(pred) > MAX_SYMBOLIC_CHARS or len(gold) > MAX_SYMBOLIC_CHARS:
+        return False
+    gold_parsed, pred_parsed = _parse_math(gold), _parse_math(pred)
+    if not gold_parsed or not pred_parsed:
+        return False
+    from math_verify import verify
+
     try:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return None
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+        return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_timeout(5)))
+    except Exception:  # noqa: BLE001 -- math-verify is sympy underneath: any failure means "not shown equal"
+        return False
+
+
+@functools.lru_cache(maxsize=4096)  # golds repeat across a group's generations, and predictions often do too
+def _parse_math(text: str) -> tuple:
+    try:
+        from math_verify import parse
+    except ImportError as error:
+        raise ImportError("symbolic answer matching needs math-verify: pip install math-verify") from error
+
+    # The SOLUTION value is bare LaTeX ("2\sqrt{3}"); math-verify reads LaTeX only between delimiters.
+    wrapped = text if "$" in text else f"${text}$"
+    try:
+        return tuple(parse(wrapped, parsing_timeout=_timeout(5)))
+    except Exception:  # noqa: BLE001 -- unparseable (sympy can fail in many ways): nothing to compare
+        return ()
+
+
+def _timeout(seconds: int) -> int | None:
+    # math-verify times out with signal.alarm, which only works in the main thread (a trainer may score in
+    # another).
+    if threading.current_thread() is threading.main_thread():
+        return seconds
+    for name in ("math_verify.parser", "math_verify.grader"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # else it warns "timeout disabled" at every call
+    return None
