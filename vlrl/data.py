@@ -23,6 +23,7 @@ import math
 import os
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -424,7 +425,9 @@ def _canonical_features(max_images: int, with_system: bool):
 def _canonical(example: dict, index: int, *, fields: Fields, name: str, split: str, root, numeric_only: bool,
                image_size, keep_aspect: bool, max_images: int, max_image_bytes: int, max_pixels, version: int) -> dict:
     """One raw row -> one canonical row, or an empty row whose `_skip` says why (never an exception)."""
-    if "record" in example and isinstance(example["record"], (dict, type(None))) and len(example) == 1:
+    if isinstance(example, Mapping) and not isinstance(example, dict):
+        example = dict(example)  # datasets' LazyRow
+    if isinstance(example, dict) and "record" in example and len(example) == 1:
         example = example["record"]  # the JSON layout's one-value rows
     if not isinstance(example, dict) or "__invalid__" in example:
         detail = example.get("__invalid__", "") if isinstance(example, dict) else f"a {type(example).__name__}"

@@ -264,7 +264,7 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
         tasks: which tasks to draw from, round-robin: names of ALL_TASKS, one name, or "all".
 
     >>> [item["answer"] for item in generate(3, seed=0, tasks="triangle_angle", difficulty=1)]
-    ['80', '70', '50']
+    ['60', '100', '50']
     """
     if difficulty not in (1, 2, 3):
         raise ValueError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
