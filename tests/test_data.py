@@ -151,6 +151,17 @@ def test_preprocessing_is_cached_and_invalidated_by_edits(tmp_path):
     assert edited[0]["image"].getpixel((16, 16)) == (0, 200, 0)
 
 
+@pytest.mark.parametrize("image_format,lossless", [("png", True), ("bmp", True), ("jpeg", False)])
+def test_image_formats(cache, sample, image_format, lossless):
+    ds = data.load_mathvista(SAMPLE_DIR, image_size=64, image_format=image_format, cache_dir=cache)
+    reference = sample[0][0]["image"]
+    assert ds[0]["image"].format == image_format.upper() and ds[0]["image"].size == (64, 64)
+    difference = np.abs(np.asarray(ds[0]["image"], dtype=int) - np.asarray(reference, dtype=int)).max()
+    assert (difference == 0) if lossless else (difference < 64)
+    with pytest.raises(ValueError, match="image_format = 'gif'"):
+        data.load_mathvista(SAMPLE_DIR, image_format="gif")
+
+
 def test_test_split_without_answers_is_a_clear_error(tmp_path):
     record = {**SAMPLE["2"], "answer": ""}
     (tmp_path / "images").mkdir()

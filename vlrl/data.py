@@ -193,7 +193,8 @@ def load_mathvista(source: str = "AI4Math/MathVista", split: str = "testmini", *
         image_size: the side of the square RGB images; None keeps each image's own size.
         keep_aspect: scale to fit and pad with white instead of stretching.
         return_report: also return the `DataReport`.
-        **options: passed to `load_generic` (max_images, max_image_bytes, max_pixels, cache_dir, num_proc, log).
+        **options: passed to `load_generic` (max_images, max_image_bytes, max_pixels, image_format, cache_dir,
+            num_proc, log).
 
     Returns:
         A `datasets.Dataset` of canonical rows, and the `DataReport` when `return_report` is set.
@@ -212,6 +213,8 @@ def load_geo3k(source: str = "hiyouga/geometry3k", split: str = "train", *, nume
 
     Answers such as `2\\sqrt{3}` are not numbers: with `numeric_only` they are skipped and counted, since vlrl's
     answer grammar scores numbers and exact strings.
+
+    >>> ds, report = load_geo3k(return_report=True)   # doctest: +SKIP  (needs the hub, or a local copy's directory)
     """
     return load_generic(source, split, fields=GEO3K_FIELDS, numeric_only=numeric_only, image_size=image_size,
                         return_report=return_report, **options)
@@ -221,7 +224,7 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
                  answer_key: str | None = None, image_keys=None, id_key: str | None = None,
                  system_prompt: str | None = None, numeric_only: bool = True, image_size: int | None = 512,
                  keep_aspect: bool = False, max_images: int = 1, image_root: str | Path | None = None,
-                 max_image_bytes: int = MAX_IMAGE_BYTES, max_pixels: int | None = None,
+                 max_image_bytes: int = MAX_IMAGE_BYTES, max_pixels: int | None = None, image_format: str = "png",
                  cache_dir: str | None = None, num_proc: int | None = None, return_report: bool = False,
                  log=None):
     """Any visual-QA source -> canonical rows, configured by column names (the way RLinf and EasyR1 do it).
@@ -243,6 +246,8 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
         image_root: the directory image paths are confined to (default: the source directory, else the current one).
         max_image_bytes: encoded images over this size are refused unread.
         max_pixels: images over this many pixels are refused (default: Pillow's decompression-bomb limit).
+        image_format: how preprocessed images are cached: "png" (lossless, compact), "bmp" (lossless, fastest,
+            large on disk) or "jpeg" (quality 95, fast, compact, lossy); see IMAGE_FORMATS.
         cache_dir: the datasets cache (default: HF_DATASETS_CACHE); preprocessing is cached there.
         num_proc: worker processes for preprocessing.
         return_report: also return the `DataReport`.
@@ -253,6 +258,13 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
 
     Raises:
         DataError: the source cannot be read, or has no usable row (the message lists the skip reasons).
+
+    >>> from PIL import Image
+    >>> rows = [{"problem": "<image>Find x.", "answer": "3", "images": [Image.new("RGB", (40, 30))]},
+    ...         {"problem": "<image>Find y.", "answer": "x + 1", "images": [Image.new("RGB", (40, 30))]}]
+    >>> ds, report = load_generic(rows, prompt_key="problem", image_keys="images", image_size=32, return_report=True)
+    >>> len(ds), report.skipped, ds[0]["image"].size
+    (1, {'non_numeric_answer': 1}, (32, 32))
     """
     import datasets
 
@@ -264,13 +276,15 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
     spec = replace(fields or Fields(), **{k: v for k, v in changes.items() if v is not None})
     if max_images < 1:
         raise ValueError(f"max_images = {max_images} must be at least 1.")
+    if image_format not in IMAGE_FORMATS:
+        raise ValueError(f"image_format = {image_format!r}; choose one of {', '.join(IMAGE_FORMATS)}.")
     name = _source_name(source)
     raw, root = _read_source(source, split, cache_dir)
     root = Path(image_root).resolve() if image_root is not None else root
     options = {"fields": spec, "name": name, "split": split, "root": str(root) if root else None,
                "numeric_only": numeric_only, "image_size": image_size, "keep_aspect": keep_aspect,
                "max_images": max_images, "max_image_bytes": max_image_bytes, "max_pixels": max_pixels,
-               "version": PREPROCESS_VERSION}
+               "image_format": image_format, "version": PREPROCESS_VERSION}
     features = _canonical_features(max_images, spec.system_prompt is not None)
     if isinstance(raw, list):
         rows = [_canonical(example, index, **options) for index, example in enumerate(raw)]
@@ -423,7 +437,8 @@ def _canonical_features(max_images: int, with_system: bool):
 
 
 def _canonical(example: dict, index: int, *, fields: Fields, name: str, split: str, root, numeric_only: bool,
-               image_size, keep_aspect: bool, max_images: int, max_image_bytes: int, max_pixels, version: int) -> dict:
+               image_size, keep_aspect: bool, max_images: int, max_image_bytes: int, max_pixels, image_format: str,
+               version: int) -> dict:
     """One raw row -> one canonical row, or an empty row whose `_skip` says why (never an exception)."""
     if isinstance(example, Mapping) and not isinstance(example, dict):
         example = dict(example)  # datasets' LazyRow
@@ -438,7 +453,7 @@ def _canonical(example: dict, index: int, *, fields: Fields, name: str, split: s
     try:
         row = _canonical_fields(example, fields, numeric_only)
         images, dropped = _canonical_images(example, row["question"], fields, root, image_size, keep_aspect,
-                                            max_images, max_image_bytes, max_pixels, modes)
+                                            max_images, max_image_bytes, max_pixels, modes, image_format)
     except BadItem as bad:
         return _skipped(item_id, bad.reason, bad.detail, max_images, fields)
     if dropped:
@@ -514,7 +529,7 @@ def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict
 
 
 def _canonical_images(example: dict, question: str, fields: Fields, root, image_size, keep_aspect: bool,
-                      max_images: int, max_bytes: int, max_pixels, modes: dict) -> tuple[list, int]:
+                      max_images: int, max_bytes: int, max_pixels, modes: dict, image_format: str) -> tuple[list, int]:
     """Gathers the item's images, checks them against the placeholders, decodes the first `max_images`."""
     values = []
     for key in fields.image_keys:
@@ -535,7 +550,7 @@ def _canonical_images(example: dict, question: str, fields: Fields, root, image_
     images = [fit_image(load_image(v, root=root, max_bytes=max_bytes, max_pixels=max_pixels,
                                    draft_size=image_size, modes=modes), image_size, keep_aspect=keep_aspect)
               for v in kept]
-    return [_png(image) for image in images], len(values) - len(kept)
+    return [_encode(image, image_format) for image in images], len(values) - len(kept)
 
 
 def _is_nested_numbers(value) -> bool:
@@ -544,10 +559,18 @@ def _is_nested_numbers(value) -> bool:
         isinstance(value[0][0], (int, float, list, tuple))
 
 
-def _png(image) -> dict:
-    """Encodes for the Arrow table: lossless PNG at low compression (decoding speed over disk size)."""
+# How preprocessed images are stored in the Arrow cache (bench/results/bench_data.md has the measured trade-off).
+IMAGE_FORMATS = {
+    "png": {"format": "PNG", "compress_level": 1},  # lossless and compact (~10-400 KiB at 512 px); slowest to write
+    "bmp": {"format": "BMP"},  # lossless and fastest; 768 KiB per 512x512 image on disk
+    "jpeg": {"format": "JPEG", "quality": 95, "subsampling": 0},  # fast and compact; lossy (no chroma subsampling)
+}
+
+
+def _encode(image, image_format: str) -> dict:
+    """Encodes a preprocessed image for the Arrow table (datasets' `{"bytes", "path"}` form)."""
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG", compress_level=1)
+    image.save(buffer, **IMAGE_FORMATS[image_format])
     return {"bytes": buffer.getvalue(), "path": None}
 
 
@@ -704,6 +727,46 @@ def prompt_tokens(processor, row: dict) -> int:
     return int(inputs["input_ids"].shape[1])
 
 
+class LengthMeter:
+    """`prompt_tokens`, fast: the processor runs on the first two prompts with each image size; after that a prompt
+    costs one tokenizer call plus the image tokens learned for its sizes.
+
+    A processor changes the text only by expanding each image placeholder into that image's tokens, and an image's
+    token count depends on its size alone (for Qwen3-VL: its patch grid). The second measurement per size checks that
+    this holds for the processor at hand; if it ever does not, every prompt is measured with the processor.
+    """
+
+    def __init__(self, processor):
+        self.processor = processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.image_tokens: dict[tuple, int] = {}  # image size -> tokens it adds beyond its placeholder
+        self.checked: set[tuple] = set()
+        self.exact_only = False
+
+    def __call__(self, row: dict) -> int:
+        text = render_prompt(row, self.processor)
+        sizes = [tuple(image.size) for image in row_images(row)]
+        if self.exact_only or any(size not in self.checked for size in sizes):
+            return self._measure(row, text, sizes)
+        return len(self.tokenizer(text)["input_ids"]) + sum(self.image_tokens[s] for s in sizes)
+
+    def _measure(self, row: dict, text: str, sizes: list) -> int:
+        exact = prompt_tokens(self.processor, row)
+        if self.exact_only:
+            return exact
+        unknown = {s for s in sizes if s not in self.image_tokens}
+        base = len(self.tokenizer(text)["input_ids"])
+        if len(unknown) == 1 and sizes.count(next(iter(unknown))) == 1:
+            size = unknown.pop()
+            self.image_tokens[size] = exact - base - sum(self.image_tokens[s] for s in sizes if s != size)
+        elif not unknown:  # a second look at known sizes: does the shortcut give the processor's count?
+            if base + sum(self.image_tokens[s] for s in sizes) == exact:
+                self.checked.update(sizes)
+            else:
+                self.exact_only = True
+        return exact
+
+
 def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report: DataReport | None = None,
                      part: str = "train"):
     """Drops prompts longer than `max_prompt_tokens`, measured with the processor (image tokens included).
@@ -721,9 +784,10 @@ def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report: Data
     Returns:
         (kept dataset, number dropped).
     """
+    meter = LengthMeter(processor)
     keep = []
     for index, row in enumerate(dataset):
-        length = prompt_tokens(processor, row)
+        length = meter(row)
         if length <= max_prompt_tokens:
             keep.append(index)
         elif report is not None:
