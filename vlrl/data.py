@@ -212,9 +212,9 @@ def load_geo3k(source: str = "hiyouga/geometry3k", split: str = "train", *, nume
     """Geometry3K (EasyR1's layout: `problem` with an `<image>` placeholder, `answer`, `images`) in the canonical schema.
 
     Answers such as `2\\sqrt{3}` are not numbers: with `numeric_only` they are skipped and counted, since vlrl's
-    answer grammar scores numbers and exact strings.
+    answer grammar scores numbers and exact strings. From the hub (or, offline, a local copy's directory):
 
-    >>> ds, report = load_geo3k(return_report=True)   # doctest: +SKIP  (needs the hub, or a local copy's directory)
+    >>> ds, report = load_geo3k(return_report=True)  # doctest: +SKIP
     """
     return load_generic(source, split, fields=GEO3K_FIELDS, numeric_only=numeric_only, image_size=image_size,
                         return_report=return_report, **options)
@@ -744,14 +744,16 @@ class LengthMeter:
         self.exact_only = False
 
     def __call__(self, row: dict) -> int:
+        """The prompt length of a TRL row; its images may be PIL images or undecoded `{"bytes", "path"}` values."""
         text = render_prompt(row, self.processor)
-        sizes = [tuple(image.size) for image in row_images(row)]
+        sizes = [_image_size(image) for image in row_images(row)]
         if self.exact_only or any(size not in self.checked for size in sizes):
             return self._measure(row, text, sizes)
         return len(self.tokenizer(text)["input_ids"]) + sum(self.image_tokens[s] for s in sizes)
 
     def _measure(self, row: dict, text: str, sizes: list) -> int:
-        exact = prompt_tokens(self.processor, row)
+        decoded = [image if hasattr(image, "size") else load_image(image) for image in row_images(row)]
+        exact = prompt_tokens(self.processor, {"prompt": row["prompt"], "images": decoded})
         if self.exact_only:
             return exact
         unknown = {s for s in sizes if s not in self.image_tokens}
@@ -765,6 +767,18 @@ class LengthMeter:
             else:
                 self.exact_only = True
         return exact
+
+
+def _image_size(image) -> tuple:
+    """An image's (width, height); for an undecoded value, from its header alone (no pixels are decoded)."""
+    if hasattr(image, "size"):
+        return tuple(image.size)
+    from PIL import Image
+
+    if isinstance(image, dict) and image.get("bytes"):
+        with Image.open(io.BytesIO(image["bytes"])) as opened:
+            return opened.size
+    return load_image(image).size
 
 
 def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report: DataReport | None = None,
@@ -786,7 +800,8 @@ def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report: Data
     """
     meter = LengthMeter(processor)
     keep = []
-    for index, row in enumerate(dataset):
+    rows = _undecoded(dataset) if hasattr(dataset, "features") else dataset  # sizes come from headers: no decoding
+    for index, row in enumerate(rows):
         length = meter(row)
         if length <= max_prompt_tokens:
             keep.append(index)
@@ -830,14 +845,15 @@ def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | Non
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
     held_idx = order[:n]
-    held_ids = {rows[i]["id"] for i in held_idx}
-    held_images = set().union(*(_row_hashes(rows[i]) for i in held_idx))
+    ids = _ids(rows)
+    hashes = [_row_hashes(row) for row in rows]  # one sequential pass: each picture decoded once
+    held_ids = {ids[i] for i in held_idx}
+    held_images = set().union(*(hashes[i] for i in held_idx))
     train_idx, same_id, same_image = [], 0, 0
     for i in order[n:]:
-        row = rows[i]
-        if row["id"] in held_ids:
+        if ids[i] in held_ids:
             same_id += 1
-        elif _row_hashes(row) & held_images:
+        elif hashes[i] & held_images:
             same_image += 1
         else:
             train_idx.append(i)
