@@ -40,6 +40,17 @@ from PIL import Image
 from vlrl import data, synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
+NOTES = """
+Notes:
+- cold = first load into an empty datasets cache: read, decode, convert, resize to 512x512, encode into Arrow.
+  warm = the same call again: datasets finds the fingerprinted result and reads no pixels (rows/s of the load).
+  iterate_decoding_images = what a consumer then pays to decode each cached image.
+- The parquet layout's cache also holds datasets' Arrow copy of the source parquet (the hub path does the same).
+- image_format: png (default, lossless, compact), bmp (lossless, 768 KiB per image), jpeg (q95 4:4:4, lossy).
+- filter_by_length uses LengthMeter: the processor on the first two prompts of each image size, then the tokenizer
+  plus the learned image-token count; the bench asserts it equals prompt_tokens (the processor on every prompt).
+- The load average is recorded: on a shared machine the absolute numbers are pessimistic; compare within a run.
+"""
 
 
 def make_source(root: Path, n: int, seed: int = 0) -> None:
@@ -172,7 +183,7 @@ def main() -> None:
             rate = next((f"{v} {k.replace('_per_second', '/s')}" for k, v in value.items() if "per_second" in k), "")
             cache_mb = f"{value['cache_mb']} MB" if "cache_mb" in value else ""
             lines.append(f"| {key} | {value['seconds']} | {rate} | {cache_mb} |")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n" + NOTES)
     print(f"results -> {out.with_suffix('.json')}, {out.with_suffix('.md')}")
 
 
