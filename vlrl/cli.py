@@ -3,6 +3,7 @@
     vlrl run --preset tiny --output-dir runs/demo
     vlrl validate my_run.toml
     vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
+    vlrl data inspect data/mathvista_sample
 """
 
 from __future__ import annotations
@@ -47,6 +48,52 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_data_inspect(args) -> int:
+    """Loads a source as a run would, prints its DataReport and a few prompts exactly as the model sees them."""
+    from vlrl import data, synthetic
+
+    try:
+        if args.source == "synthetic":
+            rows = synthetic.generate(args.num_items, seed=0, image_size=args.image_size or 128, tasks=args.tasks)
+            report = data.DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows))
+        else:
+            loader = args.loader
+            if loader == "auto":
+                loader = "geo3k" if "geo3k" in args.source.lower() or "geometry3k" in args.source.lower() else \
+                    "mathvista"
+            options = {"numeric_only": not args.all_answers, "image_size": args.image_size or None,
+                       "keep_aspect": args.keep_aspect, "max_images": args.max_images, "return_report": True,
+                       "log": lambda _: None}
+            if loader == "generic":
+                options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
+                               id_key=args.id_key, system_prompt=args.system_prompt)
+            load = {"mathvista": data.load_mathvista, "geo3k": data.load_geo3k, "generic": data.load_generic}[loader]
+            rows, report = load(args.source, split=args.split or {"geo3k": "train", "generic": "train"}.get(
+                loader, "testmini"), **options)
+        processor = None
+        if args.processor:
+            from transformers import AutoProcessor
+
+            processor = AutoProcessor.from_pretrained(args.processor)
+        prompts = data.to_dataset(rows)
+        if processor is not None and args.max_prompt_tokens:
+            prompts, _ = data.filter_by_length(prompts, processor, args.max_prompt_tokens, report=report, part="all")
+    except data.DataError as err:
+        print(f"vlrl data inspect: {err}", file=sys.stderr)
+        return 1
+    print(report)
+    for row in prompts.select(range(min(args.n, len(prompts)))):
+        images = data.row_images(row)
+        sizes = ", ".join(f"{image.size[0]}x{image.size[1]} {image.mode}" for image in images)
+        print(f"\n--- {row['id']}: answer {row['answer']!r} ({row['question_type']}, {row['answer_type']}), "
+              f"image {sizes}" + (f", {data.prompt_tokens(processor, row)} prompt tokens" if processor else ""))
+        print(data.render_prompt(row, processor))
+    if args.output:
+        report.save(args.output)
+        print(f"\nreport saved to {args.output}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,6 +111,27 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("after")
     c.add_argument("--output")
     c.set_defaults(func=cmd_compare)
+    d = sub.add_parser("data", help="inspect data sources").add_subparsers(dest="data_command", required=True)
+    i = d.add_parser("inspect", help="load a source, print its DataReport and a few rendered prompts")
+    i.add_argument("source", help="a hub id, a local directory or file, or 'synthetic'")
+    i.add_argument("--split", help="default: testmini (MathVista), train (geo3k, generic)")
+    i.add_argument("--loader", choices=["auto", "mathvista", "geo3k", "generic"], default="auto")
+    i.add_argument("-n", type=int, default=3, help="prompts to print (default 3)")
+    i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
+    i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")
+    i.add_argument("--keep-aspect", action="store_true", help="pad to square instead of stretching")
+    i.add_argument("--max-images", type=int, default=1)
+    i.add_argument("--prompt-key", help="generic loader: the question column")
+    i.add_argument("--answer-key", help="generic loader: the answer column")
+    i.add_argument("--image-key", action="append", help="generic loader: an image column (repeatable)")
+    i.add_argument("--id-key", help="generic loader: the id column")
+    i.add_argument("--system-prompt", help="generic loader: a system turn for every prompt")
+    i.add_argument("--processor", help="a model directory: render with its chat template and count prompt tokens")
+    i.add_argument("--max-prompt-tokens", type=int, help="with --processor: apply the length filter")
+    i.add_argument("--num-items", type=int, default=12, help="synthetic only")
+    i.add_argument("--tasks", default="all", help="synthetic only: 'all' or one task name")
+    i.add_argument("--output", help="also save the DataReport as JSON here")
+    i.set_defaults(func=cmd_data_inspect)
     return p
 
 

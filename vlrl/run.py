@@ -34,30 +34,43 @@ def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfi
                            image_size=data_config.image_size, size=size, log=log))
 
 
-def load_rows(data_config: cfg.DataConfig) -> list[dict]:
-    """Canonical rows for the configured source."""
-    if data_config.source == "synthetic":
-        return synthetic.generate(data_config.num_items, seed=data_config.seed, image_size=data_config.image_size,
-                                  difficulty=data_config.difficulty)
-    from vlrl.data import load_mathvista
+def load_rows(data_config: cfg.DataConfig, *, return_report: bool = False):
+    """Canonical rows for the configured source: generated items (a list), or MathVista / geo3k (a Dataset).
 
-    return list(load_mathvista(data_config.source, split=data_config.split, image_size=data_config.image_size))
+    A source whose name mentions geometry3k or geo3k is read with `data.load_geo3k`; any other hub id or local
+    directory with `data.load_mathvista`. With `return_report`, also the `data.DataReport` of the load.
+    """
+    if data_config.source == "synthetic":
+        rows = synthetic.generate(data_config.num_items, seed=data_config.seed, image_size=data_config.image_size,
+                                  difficulty=data_config.difficulty)
+        report = data.DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows),
+                                 image_size=data_config.image_size)
+    else:
+        name = data_config.source.lower()
+        loader = data.load_geo3k if ("geometry3k" in name or "geo3k" in name) else data.load_mathvista
+        rows, report = loader(data_config.source, split=data_config.split, image_size=data_config.image_size,
+                              return_report=True)
+    return (rows, report) if return_report else rows
 
 
 def prepare(config: cfg.RunConfig, processor, run_dir: Path, log=print):
-    """Loads, splits and length-filters the data; writes data_report.json. Returns (train_dataset, eval_dataset)."""
-    rows = load_rows(config.data)
-    train_rows, held_out = data.split_holdout(rows, config.data.hold_out, seed=config.data.seed)
-    data.check_disjoint(train_rows, held_out)
-    train_ds, dropped_train = data.filter_by_length(data.to_dataset(train_rows), processor,
-                                                    config.data.max_prompt_tokens)
-    eval_ds, dropped_eval = data.filter_by_length(data.to_dataset(held_out), processor, config.data.max_prompt_tokens)
-    report = {"source": config.data.source, "rows": len(rows), "train": len(train_ds), "eval": len(eval_ds),
-              "dropped_too_long": {"train": dropped_train, "eval": dropped_eval},
-              "max_prompt_tokens": config.data.max_prompt_tokens}
-    (run_dir / "data_report.json").write_text(json.dumps(report, indent=2))
-    log(f"data: {report['train']} training items, {report['eval']} held-out items "
-        f"({dropped_train + dropped_eval} dropped as longer than {config.data.max_prompt_tokens} prompt tokens)")
+    """Loads, splits and length-filters the data; writes data_report.json. Returns (train_dataset, eval_dataset).
+
+    The held-out set is disjoint from training by id and by picture (`data.split_holdout`), checked again on the
+    final datasets (`data.check_disjoint`) so no eval item is ever trained on.
+    """
+    rows, report = load_rows(config.data, return_report=True)
+    train_rows, held_out = data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report)
+    max_tokens = config.data.max_prompt_tokens
+    train_ds, dropped_train = data.filter_by_length(data.to_dataset(train_rows), processor, max_tokens,
+                                                    report=report, part="train")
+    eval_ds, dropped_eval = data.filter_by_length(data.to_dataset(held_out), processor, max_tokens,
+                                                  report=report, part="eval")
+    data.check_disjoint(train_ds, eval_ds)
+    report.save(run_dir / "data_report.json")
+    log(f"data: {report.summary()}")
+    log(f"data: {len(train_ds)} training items, {len(eval_ds)} held-out items "
+        f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
     return train_ds, eval_ds
 
 

@@ -1,7 +1,10 @@
-"""Procedurally generated, verifiable visual-math items (bar charts, counting, rectangles) in vlrl's canonical schema.
+"""Procedurally generated, verifiable visual-math items (bar and line charts, counting, geometry) in vlrl's schema.
 
 Every item is drawn with PIL from a seed, so its gold answer is known exactly. The tiny preset trains and evaluates
-on these; so does the GPU learning demonstration. `difficulty` (1-3) widens value ranges and adds bars and shapes.
+on these; so does the GPU learning demonstration. `difficulty` (1-3) widens value ranges and adds bars, points and
+shapes. `TASKS` (the default, which the tiny preset's warm start learned) are bar charts, circle counts and rectangle
+areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
+triangle angles: `generate(n, tasks="all")`.
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
@@ -15,6 +18,8 @@ import random
 from PIL import Image, ImageDraw, ImageFont
 
 TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangle_area")
+ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
+                     "rectangle_perimeter", "triangle_angle")
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 
@@ -56,6 +61,71 @@ def _shapes(count: int, size: int, rng: random.Random) -> Image.Image:
     return image
 
 
+def _line_chart(values: list[int], size: int) -> Image.Image:
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    font = _font(max(8, size // 12))
+    top, bottom, left, right = size * 0.14, size * 0.85, size * 0.1, size * 0.9
+    scale = (bottom - top) / max(max(values), 1)
+    step = (right - left) / (len(values) - 1)
+    points = [(left + i * step, bottom - v * scale) for i, v in enumerate(values)]
+    draw.line([left, bottom, right, bottom], fill="black", width=1)
+    draw.line(points, fill=COLORS[0], width=max(1, size // 64))
+    r = max(1, size // 64)
+    for i, ((x, y), value) in enumerate(zip(points, values)):
+        draw.ellipse([x - r, y - r, x + r, y + r], fill=COLORS[3])
+        draw.text((x, y - r - 1), str(value), fill="black", font=font, anchor="mb")
+        draw.text((x, bottom + 2), str(i + 1), fill="black", font=font, anchor="mt")
+    return image
+
+
+def _mixed_shapes(circles: int, squares: int, size: int, rng: random.Random) -> Image.Image:
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    cells = list(range(16))
+    rng.shuffle(cells)
+    r = size // 10
+    for n, cell in enumerate(cells[:circles + squares]):
+        cx = (cell % 4 + 0.5) * size / 4 + rng.uniform(-r / 3, r / 3)
+        cy = (cell // 4 + 0.5) * size / 4 + rng.uniform(-r / 3, r / 3)
+        shape = draw.ellipse if n < circles else draw.rectangle
+        shape([cx - r, cy - r, cx + r, cy + r], fill=COLORS[rng.randrange(len(COLORS))])
+    return image
+
+
+def _triangle(a: int, b: int, size: int) -> Image.Image:
+    """A triangle whose base angles really are a and b degrees, labelled; the third angle is marked "?"."""
+    import math
+
+    ra, rb = math.radians(a), math.radians(b)
+    side = math.sin(rb) / math.sin(ra + rb)  # law of sines, base length 1
+    apex = (side * math.cos(ra), side * math.sin(ra))
+    scale = min(0.76, 0.62 / apex[1]) * size
+    x0 = (size - scale) / 2
+    base_y = size * 0.8
+    A, B = (x0, base_y), (x0 + scale, base_y)
+    C = (x0 + apex[0] * scale, base_y - apex[1] * scale)
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    draw.polygon([A, B, C], outline="black", width=max(1, size // 64))
+    font = _font(max(8, size // 12))
+    centroid = ((A[0] + B[0] + C[0]) / 3, (A[1] + B[1] + C[1]) / 3)
+    for (x, y), text in ((A, f"{a}°"), (B, f"{b}°"), (C, "?")):
+        lx, ly = x + (centroid[0] - x) * 0.45, y + (centroid[1] - y) * 0.45
+        draw.text((lx, ly), text, fill="black", font=font, anchor="mm")
+    return image
+
+
+def _distinct_pair(values: list[int], rng: random.Random) -> tuple[int, int]:
+    """Two positions with different values (bumps one value when all are equal)."""
+    for _ in range(20):
+        i, j = rng.sample(range(len(values)), 2)
+        if values[i] != values[j]:
+            return i, j
+    values[j] += 1
+    return i, j
+
+
 def _rectangle(w: int, h: int, size: int) -> Image.Image:
     image = Image.new("RGB", (size, size), "white")
     draw = ImageDraw.Draw(image)
@@ -71,7 +141,9 @@ def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficult
     """One item of `task`: the image, the question, the gold answer and a short worked reasoning (for warm starts)."""
     high = {1: 9, 2: 20, 3: 50}[difficulty]
     n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
-    unit = None
+    unit, choices = None, None
+    if task in _EXTRA:
+        return _EXTRA[task](rng, image_size, difficulty, high)
     if task.startswith("bar_"):
         values = [rng.randint(1, high) for _ in range(n_bars)]
         image = _bar_chart(values, image_size)
@@ -100,17 +172,88 @@ def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficult
         question, answer, reasoning = "What is the area of the rectangle in cm^2?", w * h, f"{w} * {h} = {w * h}."
         skills, unit = ["geometry reasoning"], "cm^2"
     else:
-        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(TASKS)}")
+        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(ALL_TASKS)}")
+    return _item(task, question, image, answer, reasoning, skills, difficulty, unit=unit, choices=choices)
+
+
+def _item(task, question, image, answer, reasoning, skills, difficulty, *, unit=None, choices=None) -> dict:
     return {
         "question": question, "image": image, "answer": str(answer), "answer_type": "integer", "precision": None,
-        "question_type": "free_form", "choices": None, "unit": unit,
+        "question_type": "multi_choice" if choices else "free_form", "choices": choices, "unit": unit,
         "metadata": {"source": "synthetic", "task": task, "skills": skills, "difficulty": difficulty,
                      "reasoning": reasoning},
     }
 
 
+def _bar_compare(rng, size, difficulty, high):
+    n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
+    values = [rng.randint(1, high) for _ in range(n_bars)]
+    i, j = _distinct_pair(values, rng)
+    a, b, best = LABELS[i], LABELS[j], max(values[i], values[j])
+    return _item("bar_compare", f"Which is larger: bar {a} or bar {b}?", _bar_chart(values, size), best,
+                 f"Bar {a} is {values[i]} and bar {b} is {values[j]}; {best} is larger.",
+                 ["statistical reasoning"], difficulty, choices=[str(values[i]), str(values[j])])
+
+
+def _line(task, rng, size, difficulty, high):
+    n_points = {1: 4, 2: 5, 3: 6}[difficulty]
+    values = [rng.randint(1, high) for _ in range(n_points)]
+    if task == "line_compare":
+        i, j = _distinct_pair(values, rng)
+    else:
+        i, j = sorted(rng.sample(range(n_points), 2))
+    vi, vj, xi, xj = values[i], values[j], i + 1, j + 1
+    choices = None
+    if task == "line_value":
+        question, answer, reasoning = f"What is the value at x = {xi}?", vi, f"At x = {xi} the line is at {vi}."
+    elif task == "line_compare":
+        question, answer = f"Which is larger: the value at x = {xi} or at x = {xj}?", max(vi, vj)
+        reasoning, choices = f"At x = {xi} it is {vi}, at x = {xj} it is {vj}; {answer} is larger.", [str(vi), str(vj)]
+    elif task == "line_sum":
+        question, answer = f"What is the sum of the values at x = {xi} and x = {xj}?", vi + vj
+        reasoning = f"{vi} + {vj} = {vi + vj}."
+    else:
+        question, answer = f"How much does the value change from x = {xi} to x = {xj}?", vj - vi
+        reasoning = f"{vj} - {vi} = {vj - vi}."
+    image = _line_chart(values, size)
+    return _item(task, question, image, answer, reasoning, ["statistical reasoning"], difficulty, choices=choices)
+
+
+def _count_squares(rng, size, difficulty, high):
+    squares = rng.randint(1, min(high, 8))
+    circles = rng.randint(1, min(high, 16 - squares, 8))
+    image = _mixed_shapes(circles, squares, size, rng)
+    return _item("count_squares", "How many squares are there?", image, squares, f"I count {squares} squares.",
+                 ["numeric commonsense"], difficulty)
+
+
+def _perimeter(rng, size, difficulty, high):
+    w, h = rng.randint(1, high), rng.randint(1, high)
+    return _item("rectangle_perimeter", "What is the perimeter of the rectangle in cm?", _rectangle(w, h, size),
+                 2 * (w + h), f"2 * ({w} + {h}) = {2 * (w + h)}.", ["geometry reasoning"], difficulty, unit="cm")
+
+
+def _triangle_angle(rng, size, difficulty, high):
+    step = {1: 10, 2: 5, 3: 1}[difficulty]
+    a = rng.randrange(30, 80, step)
+    b = rng.randrange(30, min(80, 150 - a) + 1, step)
+    return _item("triangle_angle", "What is the measure of the angle marked ?, in degrees?", _triangle(a, b, size),
+                 180 - a - b, f"180 - {a} - {b} = {180 - a - b}.", ["geometry reasoning", "algebraic reasoning"],
+                 difficulty)
+
+
+_EXTRA = {
+    "bar_compare": _bar_compare,
+    **{t: (lambda rng, size, d, high, t=t: _line(t, rng, size, d, high))
+       for t in ("line_value", "line_compare", "line_sum", "line_difference")},
+    "count_squares": _count_squares,
+    "rectangle_perimeter": _perimeter,
+    "triangle_angle": _triangle_angle,
+}
+
+
 def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 1,
-             tasks: tuple[str, ...] = TASKS) -> list[dict]:
+             tasks: tuple[str, ...] | str = TASKS) -> list[dict]:
     """`n` items, deterministic for a seed. Ids are `synthetic-<seed>-<index>`, so different seeds never collide.
 
     Args:
@@ -118,10 +261,17 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
         seed: seeds everything drawn.
         image_size: side of the square images, in pixels.
         difficulty: 1 (small numbers, 3 bars) to 3 (up to 50, 6 bars).
-        tasks: which tasks to draw from, round-robin.
+        tasks: which tasks to draw from, round-robin: names of ALL_TASKS, one name, or "all".
+
+    >>> [item["answer"] for item in generate(3, seed=0, tasks="triangle_angle", difficulty=1)]
+    ['60', '100', '50']
     """
     if difficulty not in (1, 2, 3):
         raise ValueError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
+    tasks = ALL_TASKS if tasks == "all" else (tasks,) if isinstance(tasks, str) else tuple(tasks)
+    unknown = [t for t in tasks if t not in ALL_TASKS]
+    if unknown or not tasks:
+        raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(ALL_TASKS)} or 'all'")
     rng = random.Random(seed)
     items = []
     for index in range(n):
