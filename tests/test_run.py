@@ -44,3 +44,22 @@ def test_run_adapter_is_trained(run_dir):
 
     stats = verify_adapter(run_dir / "adapter")
     assert stats["nonzero_lora_B"] > 0 and stats["all_finite"]
+
+
+@pytest.mark.slow
+def test_run_report_renders_in_chromium(run_dir):
+    from chromium import needs_chromium, open_page  # tests/chromium.py
+
+    from vlrl.evaluate import image_paths, read_records
+
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    for record in read_records(run_dir / "eval_before.jsonl"):
+        assert image_paths(run_dir / "eval_images", record["id"])  # the report needs only the run directory
+    assert (run_dir / "plots" / "training.png").exists() and (run_dir / "plots" / "comparison.png").exists()
+    needs_chromium()
+    page = open_page(run_dir / "report.html", screenshot=run_dir / "report.png")
+    assert page["errors"] == [] and page["requests"] == [] and page["broken_images"] == []
+    flipped = set(comparison["wrong_to_right"] + comparison["right_to_wrong"] + comparison["format_gained"]
+                  + comparison["format_lost"])
+    assert page["images"] == 2 + len(flipped)  # the two plots and one image per flipped item
+    assert all(str(i) in page["text"] for i in flipped)
