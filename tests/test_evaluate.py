@@ -193,6 +193,25 @@ def test_image_names_are_file_safe_and_distinct():
     assert all(len(n) <= 100 for n in names)
 
 
+def test_save_images_single_multi_undecoded_and_none(tmp_path, items):
+    import io
+
+    from PIL import Image
+
+    one, two = items[0]["image"], items[1]["image"]
+    png = io.BytesIO()
+    two.save(png, format="PNG")
+    assert [p.name for p in evaluate.save_images({"id": "one", "image": one}, tmp_path)] == ["one.png"]
+    multi = evaluate.save_images({"id": "m/1", "images": [one, {"bytes": png.getvalue(), "path": None}]}, tmp_path)
+    assert evaluate.image_paths(tmp_path, "m/1") == multi and len(multi) == 2
+    assert Image.open(multi[1]).convert("RGB").tobytes() == two.convert("RGB").tobytes()
+    assert evaluate.save_images({"id": "text-only", "image": None}, tmp_path) == []
+    assert evaluate.image_paths(tmp_path, "text-only") == [] and not list(tmp_path.glob("*.tmp"))
+    big = Image.new("RGB", (2000, 1000), "white")
+    [path] = evaluate.save_images({"id": "big", "image": big}, tmp_path)
+    assert Image.open(path).size == (evaluate.MAX_IMAGE_SIDE, evaluate.MAX_IMAGE_SIDE // 2)
+
+
 # --- generation on the tiny Qwen3-VL ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

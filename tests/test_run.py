@@ -63,3 +63,14 @@ def test_run_report_renders_in_chromium(run_dir):
                   + comparison["format_lost"])
     assert page["images"] == 2 + len(flipped)  # the two plots and one image per flipped item
     assert all(str(i) in page["text"] for i in flipped)
+
+
+@pytest.mark.slow
+def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_path):
+    from vlrl.evaluate import read_records
+
+    out = tmp_path / "eval_adapter.jsonl"
+    assert main(["eval", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
+    after, again = read_records(run_dir / "eval_after.jsonl"), read_records(out)
+    assert [r["id"] for r in again] == [r["id"] for r in after]  # the same held-out items, from config.toml alone
+    assert [r["completion"] for r in again] == [r["completion"] for r in after]  # greedy: the same model, same text
