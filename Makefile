@@ -18,6 +18,7 @@ demo: install
 	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
 
 test: install
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -44,3 +44,33 @@ def test_run_adapter_is_trained(run_dir):
 
     stats = verify_adapter(run_dir / "adapter")
     assert stats["nonzero_lora_B"] > 0 and stats["all_finite"]
+
+
+@pytest.mark.slow
+def test_run_report_renders_in_chromium(run_dir):
+    from chromium import needs_chromium, open_page  # tests/chromium.py
+
+    from vlrl.evaluate import image_paths, read_records
+
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    for record in read_records(run_dir / "eval_before.jsonl"):
+        assert image_paths(run_dir / "eval_images", record["id"])  # the report needs only the run directory
+    assert (run_dir / "plots" / "training.png").exists() and (run_dir / "plots" / "comparison.png").exists()
+    needs_chromium()
+    page = open_page(run_dir / "report.html", screenshot=run_dir / "report.png")
+    assert page["errors"] == [] and page["requests"] == [] and page["broken_images"] == []
+    flipped = set(comparison["wrong_to_right"] + comparison["right_to_wrong"] + comparison["format_gained"]
+                  + comparison["format_lost"])
+    assert page["images"] == 2 + len(flipped)  # the two plots and one image per flipped item
+    assert all(str(i) in page["text"] for i in flipped)
+
+
+@pytest.mark.slow
+def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_path):
+    from vlrl.evaluate import read_records
+
+    out = tmp_path / "eval_adapter.jsonl"
+    assert main(["eval", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
+    after, again = read_records(run_dir / "eval_after.jsonl"), read_records(out)
+    assert [r["id"] for r in again] == [r["id"] for r in after]  # the same held-out items, from config.toml alone
+    assert [r["completion"] for r in again] == [r["completion"] for r in after]  # greedy: the same model, same text

@@ -3,8 +3,8 @@
 Each stage writes its result into the run directory, so the CLI (`vlrl run`), a notebook cell or a script can run
 or re-run any stage and see the same files:
 
-    config.toml  data_report.json  eval_before.jsonl  train_log.jsonl  checkpoints/  eval_after.jsonl
-    comparison.json  adapter/
+    config.toml  data_report.json  eval_before.jsonl  eval_images/  train_log.jsonl  checkpoints/
+    eval_after.jsonl  comparison.json  plots/  report.html  adapter/
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from vlrl import config as cfg
-from vlrl import data, evaluate, export, model, synthetic, train
+from vlrl import data, evaluate, export, model, report, synthetic, train
 
 
 def banner(text: str, log=print) -> None:
@@ -96,19 +96,18 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
     banner("3/6 baseline eval", log)
     e = config.eval
     evaluate.evaluate(policy, processor, eval_ds, run_dir / "eval_before.jsonl", batch_size=e.batch_size,
-                      max_new_tokens=e.max_new_tokens)
+                      max_new_tokens=e.max_new_tokens, image_dir=run_dir / "eval_images", log=log)
 
     banner("4/6 GSPO training", log)
     train.train(config, policy, processor, train_ds, run_dir)
 
     banner("5/6 eval after training", log)
     evaluate.evaluate(policy, processor, eval_ds, run_dir / "eval_after.jsonl", batch_size=e.batch_size,
-                      max_new_tokens=e.max_new_tokens)
+                      max_new_tokens=e.max_new_tokens, image_dir=run_dir / "eval_images", log=log)
     comparison = evaluate.compare(run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl")
     (run_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
-    log(f"accuracy {comparison['accuracy_before']:.1%} -> {comparison['accuracy_after']:.1%}, "
-        f"format {comparison['format_before']:.1%} -> {comparison['format_after']:.1%}, "
-        f"McNemar p = {comparison['mcnemar_p']:.3g}")
+    log(evaluate.summary(comparison))
+    report.render(run_dir, log=log)
 
     banner("6/6 export the adapter (verified from disk)", log)
     stats = export.export_adapter(policy, processor, run_dir / "adapter")

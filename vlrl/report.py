@@ -1,0 +1,335 @@
+"""The report of a run: plots (PNG, matplotlib) and one self-contained `report.html` that reads from the run
+directory alone.
+
+    vlrl report runs/demo     # -> runs/demo/report.html and runs/demo/plots/{comparison,training}.png
+
+The page holds the resolved config, the data report, the training curves, the before/after comparison with its
+statistics, and every flipped item (correctness, then format) with its image, question, gold answer and both
+completions. Images are embedded
+as data URIs and a Content-Security-Policy forbids every other source, so the file opens offline, from anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+from pathlib import Path
+
+from vlrl import evaluate
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"  # no script, no network: the page is the data
+EMBED_MAX_SIDE = 512  # flipped items' images are shrunk to this side in the page (the files keep their size)
+REWARD_PREFIX, REWARD_SUFFIX = "rewards/", "/mean"
+
+
+# --- plots -------------------------------------------------------------------------------------------------------
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_comparison(comparison: dict, path: str | Path) -> Path:
+    """Accuracy and format compliance before/after as bars with their 95% Wilson intervals; McNemar p in the title.
+
+    Args:
+        comparison: what `vlrl.evaluate.compare` returns.
+        path: the PNG to write.
+    """
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    width = 0.36
+    for offset, side, color in ((-width / 2, "before", "#9aa5b1"), (width / 2, "after", "#2f6fb0")):
+        values, low, high = [], [], []
+        for metric in ("accuracy", "format"):
+            value = comparison[f"{metric}_{side}"] or 0.0
+            lo, hi = comparison[f"{metric}_{side}_ci95"]
+            values.append(value)
+            low.append(value - lo)
+            high.append(hi - value)
+        xs = [i + offset for i in range(2)]
+        ax.bar(xs, values, width, color=color, label=side, yerr=[low, high], capsize=4, ecolor="#333")
+        for x, v, h in zip(xs, values, high):
+            ax.text(x + width / 8, v + h + 0.01, f"{v:.0%}", ha="left", va="bottom", fontsize=8)
+    ax.set_xticks([0, 1], ["accuracy", "format compliance"])
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel(f"share of {comparison['n_paired']} paired items")
+    ax.set_title(f"before -> after, 95% Wilson intervals; McNemar exact p = {comparison['mcnemar_p']:.3g} (accuracy), "
+                 f"{comparison['format_mcnemar_p']:.3g} (format)", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]]]:
+    """Metric name -> (steps, values) from train_log.jsonl rows, for the metrics the training plot draws.
+
+    >>> training_series([{"step": 1, "reward": 0.3, "rewards/format_reward/mean": 1.0}, {"step": 2, "train_loss": 0}])
+    {'reward': ([1], [0.3]), 'rewards/format_reward/mean': ([1], [1.0])}
+    """
+    wanted = lambda key: (key == "reward" or (key.startswith(REWARD_PREFIX) and key.endswith(REWARD_SUFFIX))
+                          or key.startswith("completions/") or "degenera" in key)
+    series: dict[str, tuple[list, list]] = {}
+    for row in log:
+        for key, value in row.items():
+            if wanted(key) and isinstance(value, (int, float)) and "step" in row:
+                steps, values = series.setdefault(key, ([], []))
+                steps.append(row["step"])
+                values.append(value)
+    return series
+
+
+def plot_training(log: list[dict], path: str | Path) -> Path | None:
+    """Reward components, completion length and degeneration over training steps; None when nothing was logged.
+
+    Args:
+        log: train_log.jsonl rows (TRL's logged metrics with their `step`).
+        path: the PNG to write.
+    """
+    series = training_series(log)
+    if not series:
+        return None
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (rewards_ax, length_ax, degen_ax) = plt.subplots(1, 3, figsize=(12, 3.4), dpi=110)
+    for key in sorted(k for k in series if k.startswith(REWARD_PREFIX)):
+        rewards_ax.plot(*series[key], marker=".", label=key[len(REWARD_PREFIX):-len(REWARD_SUFFIX)])
+    if "reward" in series:
+        rewards_ax.plot(*series["reward"], marker=".", color="black", label="total (weighted)")
+    rewards_ax.set_title("reward (mean per step)", fontsize=9)
+    if "completions/mean_length" in series:
+        steps, mean = series["completions/mean_length"]
+        length_ax.plot(steps, mean, marker=".", label="mean")
+        if "completions/min_length" in series and "completions/max_length" in series:
+            length_ax.fill_between(series["completions/min_length"][0], series["completions/min_length"][1],
+                                   series["completions/max_length"][1], alpha=0.2, label="min-max")
+    length_ax.set_title("completion length (tokens)", fontsize=9)
+    degen_keys = [k for k in series if "degenera" in k]
+    for key in degen_keys:
+        degen_ax.plot(*series[key], marker=".", color="#b03030", label=key)
+    if "completions/clipped_ratio" in series:
+        degen_ax.plot(*series["completions/clipped_ratio"], marker=".", color="#888", label="hit max length")
+    if not degen_keys:
+        degen_ax.text(0.02, 0.97, "degeneration rate: not in train_log.jsonl", ha="left", va="top",
+                      transform=degen_ax.transAxes, fontsize=7, color="#b03030")
+    degen_ax.set_ylim(-0.05, 1.05)
+    degen_ax.set_title("degenerate / truncated share", fontsize=9)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (rewards_ax, length_ax, degen_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+# --- the page ----------------------------------------------------------------------------------------------------
+
+def _data_uri(path: Path, max_side: int | None = None) -> str:
+    data = path.read_bytes()
+    if max_side:
+        from PIL import Image
+
+        image = Image.open(io.BytesIO(data))
+        if max(image.size) > max_side:
+            image.thumbnail((max_side, max_side))
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG")
+            data = buffer.getvalue()
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
+def _e(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def _pct(value) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _num(value, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}"
+
+
+def _flatten(data, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(data, dict) and data:
+        return [row for k, v in data.items() for row in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
+    text = json.dumps(data)
+    return [(prefix, text if len(text) < 300 else text[:300] + " ...")]
+
+
+def _table(header: list[str] | None, rows: list[list[str]], cls: str = "") -> str:
+    head = "<thead><tr>" + "".join(f"<th>{h}</th>" for h in header) + "</tr></thead>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}">{head}<tbody>{body}</tbody></table>'
+
+
+def _ids(ids: list) -> str:
+    return f" ({_e(', '.join(map(str, ids)))})" if ids else ""
+
+
+def _comparison_html(c: dict) -> str:
+    rows = []
+    for metric, label, p in (("accuracy", "accuracy", c["mcnemar_p"]), ("format", "format compliance",
+                                                                            c["format_mcnemar_p"])):
+        cells = [label]
+        for side in ("before", "after"):
+            low, high = c[f"{metric}_{side}_ci95"]
+            cells.append(f"{_pct(c[f'{metric}_{side}'])} <span class=ci>[{low:.1%}, {high:.1%}]</span>")
+        delta = c.get(f"{metric}_delta")
+        cells += ["n/a" if delta is None else f"{delta:+.1%}", _num(p)]
+        rows.append(cells)
+    for key, label in (("reward", "reward (mean)"), ("format_reward", "format reward (mean)"),
+                       ("correctness_reward", "correctness reward (mean)"),
+                       ("completion_tokens", "completion tokens (mean)"), ("degenerate_rate", "degenerate share"),
+                       ("truncated_rate", "hit max_new_tokens")):
+        name = key if key.endswith("_rate") else f"{key}_mean"
+        before, after = c.get(f"{name}_before"), c.get(f"{name}_after")
+        fmt = _pct if key.endswith("_rate") else _num
+        rows.append([label, fmt(before), fmt(after), "", ""])
+    out = [_table(["", "before", "after", "change", "McNemar exact p"], rows, "stats")]
+    t = c["table"]
+    out.append("<p>Paired 2&times;2 table of correctness (the McNemar test uses only the discordant cells):</p>")
+    out.append(_table(["", "right after", "wrong after"],
+                      [["<b>right before</b>", str(t["both_right"]), str(t["right_to_wrong"])],
+                       ["<b>wrong before</b>", str(t["wrong_to_right"]), str(t["both_wrong"])]], "small"))
+    out.append(f"<p>Format flips: {len(c['format_gained'])} gained{_ids(c['format_gained'])}, "
+               f"{len(c['format_lost'])} lost{_ids(c['format_lost'])}.</p>")
+    if c["only_before"] or c["only_after"]:
+        out.append(f'<p class=warn>Unpaired items, left out of the statistics: {len(c["only_before"])} only before'
+                   f'{_ids(c["only_before"])}, {len(c["only_after"])} only after{_ids(c["only_after"])}.</p>')
+    for key, groups in (c.get("breakdown") or {}).items():
+        rows = [[_e(value), str(g["n"]), _pct(g["accuracy_before"]), _pct(g["accuracy_after"]),
+                 str(g["wrong_to_right"]), str(g["right_to_wrong"]), _num(g["mcnemar_p"])]
+                for value, g in groups.items()]
+        out.append(f"<h3>By {_e(key)}</h3>")
+        out.append(_table([_e(key), "items", "accuracy before", "accuracy after", "wrong&rarr;right",
+                           "right&rarr;wrong", "McNemar p"], rows, "small"))
+    return "\n".join(out)
+
+
+def _completion_html(label: str, record: dict | None) -> str:
+    if record is None:
+        return f"<div class=side><h4>{label}</h4><p class=warn>no record</p></div>"
+    verdict = "right" if record.get("correct") else "wrong"
+    prediction = "(no single SOLUTION block)" if record.get("prediction") is None else record["prediction"]
+    return (f'<div class="side {verdict}"><h4>{label}: {verdict}, prediction <code>{_e(prediction)}'
+            f'</code></h4><pre>{_e(record.get("completion"))}</pre>'
+            f'<p class=meta>reward {_e(record.get("reward"))}, format {"ok" if record.get("format_ok") else "not ok"}, '
+            f'{_e(record.get("completion_tokens"))} tokens, finish {_e(record.get("finish_reason"))}</p></div>')
+
+
+def _flip_html(item_id, before: dict, after: dict, image_dir: Path) -> str:
+    images = evaluate.image_paths(image_dir, item_id)
+    pictures = "".join(f'<img alt="image of {_e(item_id)}" src="{_data_uri(p, EMBED_MAX_SIDE)}">' for p in images)
+    if not images:
+        pictures = "<p class=warn>image not saved in eval_images/</p>"
+    record = before or after
+    return (f'<div class=item><h3>{_e(item_id)}</h3><div class=row><div class=pic>{pictures}</div>'
+            f'<div class=qa><p><b>Question</b></p><pre>{_e(record.get("question"))}</pre>'
+            f'<p><b>Gold</b> <code>{_e(record.get("gold"))}</code></p></div></div>'
+            f'<div class=row>{_completion_html("before", before)}{_completion_html("after", after)}</div></div>')
+
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { margin-bottom: .2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+pre { background: #f6f7f9; padding: .6em; white-space: pre-wrap; word-break: break-word; margin: .3em 0; }
+table { border-collapse: collapse; margin: .6em 0; } td, th { border: 1px solid #ddd; padding: .25em .6em; }
+th { background: #f0f2f5; text-align: left; } .ci { color: #777; font-size: 90%; } .warn { color: #b03030; }
+.verdict { font-size: 110%; padding: .6em; background: #eef4fb; border-left: 4px solid #2f6fb0; }
+img { max-width: 100%; } .plot { max-width: 100%; border: 1px solid #eee; }
+.item { border: 1px solid #ddd; padding: .6em; margin: 1em 0; } .row { display: flex; gap: 1em; }
+.pic { flex: 0 0 220px; } .pic img { width: 220px; image-rendering: pixelated; border: 1px solid #ccc; }
+.qa, .side { flex: 1; min-width: 0; } .side h4 { margin: .3em 0; } .right h4 { color: #1d7a33; }
+.wrong h4 { color: #b03030; } .meta { color: #666; font-size: 90%; margin: 0; }
+"""
+
+
+def render(run_dir: str | Path, *, log=None) -> Path:
+    """Writes `plots/*.png` and `report.html` into the run directory; returns the report's path.
+
+    Reads config.toml, data_report.json, train_log.jsonl, eval_before.jsonl, eval_after.jsonl and eval_images/;
+    the comparison is computed from the records (and saved as comparison.json when that is missing). Any other
+    missing file becomes a note in the page.
+    """
+    run_dir = Path(run_dir)
+    before_path, after_path = run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl"
+    if not before_path.exists() or not after_path.exists():
+        raise FileNotFoundError(f"{run_dir} has no eval_before.jsonl / eval_after.jsonl: a report needs both evals "
+                                "(vlrl run writes them; vlrl eval writes one at a time).")
+    before = {r["id"]: r for r in evaluate.read_records(before_path)}
+    after = {r["id"]: r for r in evaluate.read_records(after_path)}
+    # From the records, the source of truth (comparison.json is their summary, written by vlrl run / vlrl compare).
+    comparison = evaluate.compare(list(before.values()), list(after.values()))
+    if not (run_dir / "comparison.json").exists():
+        (run_dir / "comparison.json").write_text(json.dumps(comparison, indent=2))
+    plots = run_dir / "plots"
+    comparison_png = plot_comparison(comparison, plots / "comparison.png")
+    train_log = evaluate.read_records(run_dir / "train_log.jsonl")
+    training_png = plot_training(train_log, plots / "training.png")
+
+    config_text = (run_dir / "config.toml").read_text() if (run_dir / "config.toml").exists() else None
+    data_report = (json.loads((run_dir / "data_report.json").read_text())
+                   if (run_dir / "data_report.json").exists() else None)
+    name = run_dir.name
+    if config_text:
+        first = next((line for line in config_text.splitlines() if line.startswith("name =")), None)
+        name = first.split("=", 1)[1].strip().strip('"') if first else name
+    c = comparison
+    significant = c["mcnemar_p"] < 0.05
+    verdict = (f"Accuracy {_pct(c['accuracy_before'])} &rarr; {_pct(c['accuracy_after'])} on {c['n_paired']} paired "
+               f"items: {len(c['wrong_to_right'])} wrong&rarr;right, {len(c['right_to_wrong'])} right&rarr;wrong, "
+               f"McNemar exact p = {_num(c['mcnemar_p'])}: "
+               + ("<b>a real change</b> at the 0.05 level." if significant else
+                  "<b>not distinguishable from noise</b> at the 0.05 level."))
+    image_dir = run_dir / "eval_images"
+    flips = []
+    shown = set(c["wrong_to_right"] + c["right_to_wrong"])  # a format flip that is also a correctness flip: once
+    for title, ids in (("Wrong &rarr; right", c["wrong_to_right"]), ("Right &rarr; wrong", c["right_to_wrong"]),
+                       ("Format gained (correctness unchanged)", [i for i in c["format_gained"] if i not in shown]),
+                       ("Format lost (correctness unchanged)", [i for i in c["format_lost"] if i not in shown])):
+        flips.append(f"<h3>{title} ({len(ids)})</h3>")
+        flips += [_flip_html(i, before.get(i), after.get(i), image_dir) for i in ids] or ["<p>none</p>"]
+    sections = [
+        f"<h1>vlrl run: {_e(name)}</h1><p class=meta>{_e(run_dir.resolve())}</p>",
+        f"<p class=verdict>{verdict}</p>",
+        "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{_data_uri(comparison_png)}">',
+        _comparison_html(c),
+        "<h2>Training curves</h2>",
+        (f'<img class=plot alt="training curves" src="{_data_uri(training_png)}">' if training_png
+         else "<p class=warn>no train_log.jsonl metrics in this run directory</p>"),
+        "<h2>Flipped items</h2>", *flips,
+        "<h2>Data</h2>",
+        (_table(None, [[_e(k), f"<code>{_e(v)}</code>"] for k, v in _flatten(data_report)], "small")
+         if data_report else "<p class=warn>no data_report.json</p>"),
+        "<h2>Resolved config</h2>",
+        f"<pre>{_e(config_text)}</pre>" if config_text else "<p class=warn>no config.toml</p>",
+    ]
+    page = (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>vlrl report: {_e(name)}</title><style>{STYLE}</style></head>\n<body>\n"
+            + "\n".join(sections) + "\n</body></html>\n")
+    out = run_dir / "report.html"
+    out.write_text(page, encoding="utf-8")
+    if log is not None:
+        log(f"report: {out} ({len(page) / 1024:.0f} KiB, {len(c['wrong_to_right']) + len(c['right_to_wrong'])} "
+            "flipped items)")
+    return out
