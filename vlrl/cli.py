@@ -3,6 +3,7 @@
     vlrl run --preset tiny --output-dir runs/demo
     vlrl validate my_run.toml
     vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
+    vlrl serve-rewards --port 8765 --run runs/demo
 """
 
 from __future__ import annotations
@@ -47,6 +48,27 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_serve_rewards(args) -> int:
+    from vlrl.serve import make_server, page_url
+
+    try:
+        server = make_server(args.port, run_dir=args.run, page=args.page_dir, pyodide=args.pyodide)
+    except FileNotFoundError:
+        raise
+    except OSError as err:  # the port is taken
+        print(f"vlrl serve-rewards: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); pass another --port, "
+              "or --port 0 for a free one.", file=sys.stderr)
+        return 1
+    print(f"reward calculator: {page_url(server, with_run=args.run is not None)}   (Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,6 +86,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("after")
     c.add_argument("--output")
     c.set_defaults(func=cmd_compare)
+    s = sub.add_parser("serve-rewards", help="the browser reward calculator on localhost (rewards/, offline)")
+    s.add_argument("--port", type=int, default=8765, help="TCP port on 127.0.0.1 (0 picks a free one)")
+    s.add_argument("--run", help="a run directory whose eval_before/after.jsonl the page loads")
+    s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
+    s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
+    s.set_defaults(func=cmd_serve_rewards)
     return p
 
 
