@@ -31,10 +31,11 @@ const I18N = {
     part_degeneration_ratio: "Degeneration ratio (share of addCriterion and newlines)",
     part_degenerate: "Degenerate (penalised)",
     part_prediction: "Extracted answer (inside SOLUTION)", part_match: "Match rule that fired",
-    detail_prediction_as_choice: "Prediction after option letter → choice text",
     detail_prediction_number: "Prediction read as a number", detail_gold_number: "Gold answer read as a number",
     detail_details_unavailable: "Details unavailable",
-    match_exact: "(the strings are equal)", match_numeric: "(equal as numbers)", match_none: "(no rule matched)",
+    match_exact: "(the strings are equal)", match_choice: "(the option letter names the gold answer)",
+    match_numeric: "(equal as numbers)", match_symbolic: "(equivalent expressions, by math-verify)",
+    match_none: "(no rule matched)",
     problem_choices_not_list: "Choices must be a JSON list such as [\"3\", \"7\"]; got {value}. Correctness runs " +
       "without choices.",
     problem_precision_not_number: "Precision should be a number of decimals such as 2; got {value}. It is passed " +
@@ -78,10 +79,11 @@ const I18N = {
     part_degeneration_ratio: "退化比例（addCriterion 与换行符所占比例）",
     part_degenerate: "判定为退化（扣分）",
     part_prediction: "提取的答案（SOLUTION 内）", part_match: "命中的匹配规则",
-    detail_prediction_as_choice: "选项字母映射为选项文本后的预测",
     detail_prediction_number: "预测按数值解析", detail_gold_number: "标准答案按数值解析",
     detail_details_unavailable: "无法显示细节",
-    match_exact: "（字符串完全相同）", match_numeric: "（数值相等）", match_none: "（没有规则匹配）",
+    match_exact: "（字符串完全相同）", match_choice: "（选项字母对应标准答案）",
+    match_numeric: "（数值相等）", match_symbolic: "（math-verify 判定表达式等价）",
+    match_none: "（没有规则匹配）",
     problem_choices_not_list: "选项必须是 JSON 列表，例如 [\"3\", \"7\"]；当前为 {value}。正确性奖励将不使用选项。",
     problem_precision_not_number: "精度应为小数位数，例如 2；当前为 {value}。将按文本原样传入。",
     python_error: "Python 报错（上方分数未更新）：",
@@ -111,6 +113,8 @@ const RULES_ZH = {
     "与标准答案完全相同得 2.0，数值相等得 1.5，否则 0.0；没有标准答案时为 None（跳过该样本）。",
   "The combined reward R = 0.3 * format + 1.0 * correctness (a skipped correctness counts 0).":
     "总奖励 R = 0.3 × 格式 + 1.0 × 正确性（跳过的正确性按 0 计）。",
+  "The combined reward R = 0.3 * format + 1.0 * correctness (a skipped correctness counts 0, as in TRL).":
+    "总奖励 R = 0.3 × 格式 + 1.0 × 正确性（跳过的正确性按 0 计，与 TRL 相同）。",
 };
 
 const EXAMPLE = {

@@ -110,16 +110,11 @@ def calculate(fields: dict) -> dict:
 
 
 def _details(prediction, answer, meta: dict) -> list[list[str]]:
-    """How the answers were read: the option letter mapped to its choice, and both sides as numbers."""
+    """How both answers read as numbers (`answers.parse_number`, with the item's unit)."""
     try:
-        pred = None if prediction is None else str(prediction).strip()
-        if pred is not None and meta.get("question_type") == "multi_choice":
-            pred = answers.choice_letter_to_text(pred, meta.get("choices"))
-        return [["prediction_as_choice", repr(pred)],
-                ["prediction_number", repr(answers.parse_number(pred, meta.get("unit")))],
-                ["gold_number", repr(answers.parse_number(None if answer is None else str(answer).strip(),
-                                                          meta.get("unit")))]]
-    except Exception as err:  # noqa: BLE001  (a renamed helper in answers.py must not hide the scores above)
+        return [[name, repr(answers.parse_number(None if value is None else str(value), meta.get("unit")))]
+                for name, value in (("prediction_number", prediction), ("gold_number", answer))]
+    except Exception as err:  # noqa: BLE001  (a changed helper in answers.py must not hide the scores above)
         return [["details_unavailable", repr(f"{type(err).__name__}: {err}")]]
 
 
@@ -129,7 +124,7 @@ def _first_line(func) -> str:
 
 def calculate_json(fields_json: str) -> str:
     """`calculate` across the JavaScript boundary: JSON in, JSON out."""
-    return json.dumps(calculate(json.loads(fields_json)), ensure_ascii=False)
+    return json.dumps(calculate(json.loads(fields_json)))  # ASCII: lone surrogates cross as escapes
 
 
 def record_fields(record: dict) -> dict:
@@ -191,4 +186,4 @@ def read_records(text: str) -> list[dict]:
 
 def read_records_json(text: str) -> str:
     """`read_records` across the JavaScript boundary."""
-    return json.dumps(read_records(text), ensure_ascii=False)
+    return json.dumps(read_records(text))
