@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import shutil
 import statistics
@@ -74,6 +75,7 @@ def main() -> int:
     parser.add_argument("--screenshots", help="a folder for screenshots of the page in English and Chinese")
     args = parser.parse_args()
 
+    load_before = os.getloadavg()[0]
     server = make_server(0, quiet=True)
     serve_in_thread(server)
     url = page_url(server) + "?" + urllib.parse.urlencode({k: v for k, v in CASE.items() if v})
@@ -108,7 +110,9 @@ def main() -> int:
         "warm_inputs_ms": summary([r["inputs_ms"] for r in warm]),
         "warm_ready_ms": summary([r["ready_ms"] for r in warm]),
         "rescore_ms_median_of_200": summary(rescore),
-        "machine": {"cpus": _nproc(), "python": platform.python_version(),
+        # The machine is shared: a load average above its CPU count means the page got part of a core.
+        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+        "machine": {"cpus": len(os.sched_getaffinity(0)), "python": platform.python_version(),
                     "chromium": subprocess.run(["chromium", "--version"], check=False, capture_output=True,
                                                text=True).stdout.strip()},
         "date": time.strftime("%Y-%m-%d"),
@@ -117,12 +121,6 @@ def main() -> int:
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     return 0
-
-
-def _nproc() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ const I18N = {
     col_id: "id", col_question: "question", col_gold: "gold", col_before: "before", col_after: "after",
     records_summary: "{pairs} items ({before} before, {after} after), {shown} shown",
     bad_lines: "{count} unreadable lines skipped", records_failed: "could not load {url} ({error})",
-    stored: "stored reward", now: "recomputed now",
+    stored: "stored reward: ", now: "recomputed now: ",
     stale_title: "Recomputed now: {now} (stored: {stored}). The rules changed since this eval, or the record lacks " +
       "its MathVista fields.",
     open_title: "Open this completion in the calculator", correct: "correct", wrong: "wrong", truncated: "cut off",
@@ -96,7 +96,7 @@ const I18N = {
     col_id: "编号", col_question: "问题", col_gold: "标准答案", col_before: "训练前", col_after: "训练后",
     records_summary: "共 {pairs} 题（训练前 {before} 条，训练后 {after} 条），显示 {shown} 题",
     bad_lines: "跳过 {count} 行无法解析的内容", records_failed: "无法加载 {url}（{error}）",
-    stored: "存储的奖励", now: "现在重新计算",
+    stored: "存储的奖励：", now: "现在重新计算：",
     stale_title: "现在重新计算：{now}（存储值：{stored}）。评测之后规则有变化，或记录缺少 MathVista 字段。",
     open_title: "在计算器中打开这条输出", correct: "正确", wrong: "错误", truncated: "被截断",
     footer: "由本页面中运行的 vlrl/answers.py 和 vlrl/rewards.py 计算；数据不会离开本机。",
@@ -344,11 +344,11 @@ function recordCell(entry, id, side) {
   const cell = el("td", { class: `record ${entry.correct ? "ok" : "bad"}`, "data-side": side, title: t("open_title") },
     el("div", {}, el("span", { class: "verdict" }, verdict), " ",
       el("code", { class: "prediction" }, entry.prediction.length > 40 ? `${entry.prediction.slice(0, 40)}…` : entry.prediction)),
-    el("div", { class: "reward" }, `${t("stored")}: `, el("b", { class: "stored" }, storedReward),
+    el("div", { class: "reward" }, t("stored"), el("b", { class: "stored" }, storedReward),
       entry.finish_reason === "length" ? el("span", { class: "tag" }, ` ${t("truncated")}`) : null));
   if (!entry.same) {
     cell.append(el("div", { class: "stale", title: t("stale_title", { now: entry.now.join(" / "), stored: entry.stored.join(" / ") }) },
-      `⚠ ${t("now")}: ${nowReward}`));
+      `⚠ ${t("now")}${nowReward}`));
   }
   if (state.selected === `${side}:${JSON.stringify(id)}`) cell.classList.add("selected");
   cell.addEventListener("click", () => {
