@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 RUN_DIR ?= runs/demo
 
-.PHONY: demo test install lint clean
+.PHONY: demo test install calculator lint clean
 
 $(BIN)/vlrl: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,17 @@ install: $(BIN)/vlrl
 demo: install
 	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
 
+# The browser reward calculator's runtime (Pyodide, from npm) and, for its test, headless Chromium (Debian).
+calculator:
+	bash rewards/install.sh
+
 test: install
-	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_chromium.sh chromium-driver  # headless Chromium for the report and calculator tests
+	bash rewards/install.sh                          # the calculator's Pyodide runtime (npm, pinned)
 	$(BIN)/python -m pytest -q
 
 lint: install
 	$(BIN)/ruff check vlrl tests bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache rewards/node_modules

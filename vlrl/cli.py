@@ -6,6 +6,7 @@
     vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
     vlrl data inspect data/mathvista_sample
     vlrl report runs/demo                                # -> runs/demo/report.html
+    vlrl serve-rewards --port 8765 --run runs/demo
 """
 
 from __future__ import annotations
@@ -139,6 +140,27 @@ def cmd_data_inspect(args) -> int:
     return 0
 
 
+def cmd_serve_rewards(args) -> int:
+    from vlrl.serve import make_server, page_url
+
+    try:
+        server = make_server(args.port, run_dir=args.run, page=args.page_dir, pyodide=args.pyodide)
+    except FileNotFoundError:
+        raise
+    except OSError as err:  # the port is taken
+        print(f"vlrl serve-rewards: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); pass another --port, "
+              "or --port 0 for a free one.", file=sys.stderr)
+        return 1
+    print(f"reward calculator: {page_url(server, with_run=args.run is not None)}   (Ctrl-C stops it)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -188,6 +210,12 @@ def parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="plots and a self-contained report.html for a run directory")
     rp.add_argument("run_dir")
     rp.set_defaults(func=cmd_report)
+    s = sub.add_parser("serve-rewards", help="the browser reward calculator on localhost (rewards/, offline)")
+    s.add_argument("--port", type=int, default=8765, help="TCP port on 127.0.0.1 (0 picks a free one)")
+    s.add_argument("--run", help="a run directory whose eval_before/after.jsonl the page loads")
+    s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
+    s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
+    s.set_defaults(func=cmd_serve_rewards)
     return p
 
 
