@@ -3,8 +3,8 @@
 Each stage writes its result into the run directory, so the CLI (`vlrl run`), a notebook cell or a script can run
 or re-run any stage and see the same files:
 
-    config.toml  data_report.json  eval_before.jsonl  train_log.jsonl  checkpoints/  eval_after.jsonl
-    comparison.json  adapter/
+    config.toml  data_report.json  eval_before.jsonl  grpo_config.json  train_log.jsonl  checkpoints/
+    eval_after.jsonl  comparison.json  adapter/
 """
 
 from __future__ import annotations
@@ -29,6 +29,19 @@ def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfi
 
     return str(ensure_tiny(seed=data_config.seed, warm_start_steps=model_config.warm_start_steps,
                            image_size=data_config.image_size, log=log))
+
+
+def load_policy(config: cfg.RunConfig, log=print):
+    """The configured model, LoRA-wrapped (vision frozen unless asked), and its processor."""
+    path = resolve_model_path(config.model, config.data, log)
+    m = config.model
+    policy, processor = model.load_model(
+        path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
+        lora=model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                                train_projector=m.train_projector, seed=config.training.seed),
+        finetune_vision_layers=m.finetune_vision_layers, backend=m.backend)
+    log(f"model: {path} {model.trainable_summary(policy)}")
+    return policy, processor
 
 
 def load_rows(data_config: cfg.DataConfig) -> list[dict]:
@@ -66,13 +79,7 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
     (run_dir / "config.toml").write_text(cfg.to_toml(config))
 
     banner("1/6 model: load and wrap with LoRA (vision frozen)", log)
-    path = resolve_model_path(config.model, config.data, log)
-    m = config.model
-    policy, processor = model.load_model(
-        path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
-        lora=model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout),
-        finetune_vision_layers=m.finetune_vision_layers, backend=m.backend)
-    log(f"model: {path} {model.trainable_summary(policy)}")
+    policy, processor = load_policy(config, log)
 
     banner("2/6 data: load, hold out, filter by measured prompt length", log)
     train_ds, eval_ds = prepare(config, processor, run_dir, log)
@@ -83,7 +90,7 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
                       max_new_tokens=e.max_new_tokens)
 
     banner("4/6 GSPO training", log)
-    train.train(config, policy, processor, train_ds, run_dir)
+    train.train(config, policy, processor, train_ds, run_dir, log=log)
 
     banner("5/6 eval after training", log)
     evaluate.evaluate(policy, processor, eval_ds, run_dir / "eval_after.jsonl", batch_size=e.batch_size,
