@@ -13,6 +13,7 @@ It needs no model: it imports unsloth (which replaces `trl.GRPOConfig` with its 
 Exits 1 if any check fails; the JSON records every value compared.
 """
 
+# ruff: noqa: I001  (unsloth must be imported before trl)
 from __future__ import annotations
 
 import inspect
@@ -21,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-import unsloth  # noqa: F401  (first: it patches TRL)
+import unsloth  # noqa: F401  (before trl: it replaces trl.GRPOConfig)
 import trl
 
 from vlrl import config as cfg
@@ -51,8 +52,8 @@ def main(output: Path) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         conditional = {
-            "dr_grpo, scale_rewards unset": ("scale_rewards", dict(loss_type="dr_grpo"), "group", "none"),
-            "grpo, beta unset": ("beta", dict(loss_type="grpo"), 0.0, 0.001),
+            "dr_grpo, scale_rewards unset": ("scale_rewards", {"loss_type": "dr_grpo"}, "group", "none"),
+            "grpo, beta unset": ("beta", {"loss_type": "grpo"}, 0.0, 0.001),
         }
         report["conditional"] = {}
         for name, (field, kwargs, trl_expected, unsloth_expected) in conditional.items():

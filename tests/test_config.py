@@ -49,7 +49,7 @@ def _trl_default(field, trl_config):
 def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_path):
     from trl import GRPOConfig
 
-    trl_default, unsloth_default = cfg.BACKEND_DEFAULTS[field]
+    trl_default, _ = cfg.BACKEND_DEFAULTS[field]  # the Unsloth column: bench/unsloth_defaults.py, on a GPU
     # the TRL column is what the installed TRL really defaults to
     assert _trl_default(field, GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)) == trl_default
     for recipe in cfg.RECIPES:
@@ -145,7 +145,7 @@ def test_preset_round_trips_through_its_toml(name, tmp_path):
 def test_presets_validate_offline_without_loading_torch_or_a_model():
     code = ("import sys; from vlrl import config; [config.preset(p) for p in config.presets()]; "
             "heavy = {'torch', 'transformers', 'trl', 'unsloth'} & set(sys.modules); assert not heavy, heavy")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
                             env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
     assert result.returncode == 0, result.stderr
 

@@ -53,11 +53,11 @@ def tiny_qwen25():
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     config = Qwen2_5_VLConfig(
-        text_config=dict(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, bos_token_id=0, eos_token_id=1,
-                         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3]}),
-        vision_config=dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, out_hidden_size=64,
-                           fullatt_block_indexes=[1], window_size=32, patch_size=14, spatial_merge_size=2),
+        text_config={"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "bos_token_id": 0, "eos_token_id": 1,
+                     "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+        vision_config={"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "out_hidden_size": 64,
+                       "fullatt_block_indexes": [1], "window_size": 32, "patch_size": 14, "spatial_merge_size": 2},
         bos_token_id=0, eos_token_id=1)
     return Qwen2_5_VLForConditionalGeneration(config)
 
@@ -78,7 +78,8 @@ def test_lora_targets_by_default_are_the_language_models_attention_and_mlp(famil
 
 @pytest.mark.parametrize("family,projector", [
     ("tiny_qwen3", {"model.visual.merger.linear_fc1", "model.visual.merger.linear_fc2",
-                    "model.visual.deepstack_merger_list.0.linear_fc1", "model.visual.deepstack_merger_list.1.linear_fc2"}),
+                    "model.visual.deepstack_merger_list.0.linear_fc1",
+                    "model.visual.deepstack_merger_list.1.linear_fc2"}),
     ("tiny_qwen25", {"model.visual.merger.mlp.0", "model.visual.merger.mlp.2"}),
 ])
 def test_lora_projector_and_vision_targets_when_asked(family, projector, request):

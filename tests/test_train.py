@@ -112,6 +112,11 @@ def test_resume_with_a_different_run_file_is_refused(tmp_path):
         train.train(config, run_dir=tmp_path, resume=True)
 
 
+def test_resume_without_a_run_to_resume_is_an_error(tmp_path, capsys):
+    assert main(["train", "--output-dir", str(tmp_path / "nothing"), "--resume"]) == 1
+    assert "no run to resume" in capsys.readouterr().err
+
+
 def test_last_checkpoint_skips_one_torn_by_a_kill_and_the_log_is_cut_back_to_it(tmp_path):
     for step, complete in ((2, True), (4, True), (6, False)):
         folder = tmp_path / "checkpoints" / f"checkpoint-{step}"

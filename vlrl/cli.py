@@ -47,11 +47,13 @@ def cmd_train(args) -> int:
 
     from vlrl import config as cfg
 
-    saved = Path(args.output_dir or "runs/none") / "config.toml"
     if args.config or args.preset:
         config = _config(args)
-    elif args.resume and args.output_dir and saved.exists():
-        config = cfg.load(saved)  # resume with the run file the run started with
+    elif args.resume:  # resume with the run file the run started with
+        if not args.output_dir or not (Path(args.output_dir) / "config.toml").exists():
+            raise cfg.ConfigError(f"--resume: no run to resume in {args.output_dir or '(no --output-dir)'}: it has "
+                                  "no config.toml; give the run's --output-dir, or --config to start a new run.")
+        config = cfg.load(Path(args.output_dir) / "config.toml")
     else:
         config = cfg.preset("tiny")
     _activate(config)

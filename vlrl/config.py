@@ -289,26 +289,28 @@ def _toml_value(value) -> str:
 # so TRL and Unsloth, whose defaults differ (BACKEND_DEFAULTS), optimize the same objective.
 RECIPES = {
     # The recipe this project reproduces (Unsloth's GSPO notebook for Qwen-VL): sequence-level ratios, Dr. GRPO loss.
-    "gspo": dict(
-        importance_sampling_level="sequence",  # GSPO: one importance ratio per sequence
-        loss_type="dr_grpo",  # sums token losses over a constant (max_completion_length): TRL warns this weights each
-        #                       sequence by its length under sequence-level ratios; "gspo-paper" normalizes instead
-        scale_rewards="none",  # Dr. GRPO: advantages are not divided by the group std (Unsloth forces this for
-        #                        dr_grpo; TRL's default "group" would scale, so the two backends would differ)
-        beta=0.0,  # no KL term and no reference model: saves a forward pass and memory
-        epsilon=0.2, epsilon_high=0.2,  # TRL's default clip range, stated (Unsloth widens epsilon_high for dapo)
-        mask_truncated_completions=False,  # truncated completions still count (the recipe); masking all zeroes a step
-    ),
+    "gspo": {
+        "importance_sampling_level": "sequence",  # GSPO: one importance ratio per sequence
+        # dr_grpo sums token losses over a constant (max_completion_length): TRL warns that under sequence-level
+        # ratios this weights each sequence by its length; "gspo-paper" averages per sequence instead
+        "loss_type": "dr_grpo",
+        # Dr. GRPO: advantages are not divided by the group std. Unsloth forces this for dr_grpo; TRL's default
+        # "group" would scale, so the two backends would train differently unless it is stated
+        "scale_rewards": "none",
+        "beta": 0.0,  # no KL term and no reference model: saves a forward pass and memory
+        "epsilon": 0.2, "epsilon_high": 0.2,  # TRL's default clip range, stated (Unsloth widens epsilon_high for dapo)
+        "mask_truncated_completions": False,  # cut-off completions still train (the recipe)
+    },
     # TRL's documented GSPO setting (paper_index: "Group Sequence Policy Optimization"), GSPO paper v2 section 5.1.
-    "gspo-paper": dict(
-        importance_sampling_level="sequence",
-        loss_type="grpo",  # each sequence's token losses are averaged: the per-sequence objective of the paper
-        scale_rewards="group",  # the paper's group-normalized advantage (mean and std of each prompt's group)
-        beta=0.0,  # "GSPO set KL regularization to zero"
-        epsilon=3e-4, epsilon_high=4e-4,  # sequence ratios sit near 1: the paper's clip range is 1e-4 wide
-        mask_truncated_completions=False,
+    "gspo-paper": {
+        "importance_sampling_level": "sequence",
+        "loss_type": "grpo",  # each sequence's token losses are averaged: the per-sequence objective of the paper
+        "scale_rewards": "group",  # the paper's group-normalized advantage (mean and std of each prompt's group)
+        "beta": 0.0,  # "GSPO set KL regularization to zero"
+        "epsilon": 3e-4, "epsilon_high": 4e-4,  # sequence ratios sit near 1: the paper's clip range is 1e-4 wide
+        "mask_truncated_completions": False,
         # and each rollout is split into mini-batches, one optimizer step each (see gspo_values)
-    ),
+    },
 }
 
 # Where TRL 1.14.2's GRPOConfig and Unsloth 2026.10.9's (UnslothGRPOConfig, which replaces it once unsloth is

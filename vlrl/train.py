@@ -339,8 +339,10 @@ def train(config, model=None, processor=None, train_dataset=None, run_dir: str |
     trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                           processing_class=processor, callbacks=[monitor, JsonlLogger(log_path)])
     trainer.degeneration_monitor = monitor
-    _write_resolved_args(trainer, run_dir / "grpo_config.json", backend=vmodel.backend_of(model),
-                         recipe=config.training.recipe)
+    backend = vmodel.backend_of(model)
+    _write_resolved_args(trainer, run_dir / "grpo_config.json", backend=backend, recipe=config.training.recipe)
+    log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {config.training.recipe}; resolved settings "
+        f"in {run_dir / 'grpo_config.json'}")
     trainer.train(resume_from_checkpoint=str(last) if last else None)
     if standalone:
         from vlrl.export import export_adapter
