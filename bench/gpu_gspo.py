@@ -20,16 +20,16 @@ import time
 from pathlib import Path
 
 # Real Qwen3-VL shapes (Qwen/Qwen3-VL-{2B,4B,8B}-Instruct config.json). Random weights cost the same as trained ones.
-VISION_SMALL = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, deepstack_visual_indexes=[5, 11, 17])
+VISION_SMALL = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16, "deepstack_visual_indexes": [5, 11, 17]}
 SHAPES = {
-    "2b": dict(text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                         num_key_value_heads=8), vision=VISION_SMALL, tie=True),
-    "4b": dict(text=dict(hidden_size=2560, intermediate_size=9728, num_hidden_layers=36, num_attention_heads=32,
-                         num_key_value_heads=8), vision=VISION_SMALL, tie=True),
-    "8b": dict(text=dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
-                         num_key_value_heads=8),
-               vision=dict(depth=27, hidden_size=1152, intermediate_size=4304, num_heads=16,
-                           deepstack_visual_indexes=[8, 16, 24]), tie=False),
+    "2b": {"text": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
+                         "num_key_value_heads": 8}, "vision": VISION_SMALL, "tie": True},
+    "4b": {"text": {"hidden_size": 2560, "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32,
+                         "num_key_value_heads": 8}, "vision": VISION_SMALL, "tie": True},
+    "8b": {"text": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+                         "num_key_value_heads": 8},
+               "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+                           "deepstack_visual_indexes": [8, 16, 24]}, "tie": False},
 }
 
 
@@ -170,7 +170,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     trainer.train()
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
     after_warmup = steps[args.warmup:] or steps
-    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    median = lambda xs: sorted(xs)[len(xs) // 2]
     gen = median([s.get("generation_s", 0.0) for s in after_warmup])
     step = median([s["step_s"] for s in after_warmup])
     reward = median([s.get("reward_s", 0.0) for s in after_warmup])

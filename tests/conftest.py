@@ -12,7 +12,7 @@ import pytest
 os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
 
-TINY_WARM = dict(warm_start_steps=150, image_size=64)  # what the tiny preset uses: one cached model for all tests
+TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
 
 
 @pytest.fixture(scope="session")

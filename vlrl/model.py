@@ -1,8 +1,10 @@
 """`load_model()`: a vision-language checkpoint + processor, LoRA-wrapped on the language model, vision frozen.
 
 Backends: Unsloth's `FastVisionModel` when CUDA and unsloth are present (the GPU fast path), transformers + PEFT
-(+ bitsandbytes 4-bit on CUDA) otherwise; `backend=` forces one. Where each family keeps its vision tower and its
-language model is a small table (`FAMILIES`); an unknown family is an error, never a silent guess.
+(+ bitsandbytes 4-bit on CUDA) otherwise; `backend=` forces one (`choose_backend` says which and why). Unsloth is
+imported before transformers and TRL are used (`activate_backend`), as it requires. Where each family keeps its
+vision tower, projector and language model is a small table (`FAMILIES`); an unknown family or a path that does not
+exist is a ValueError naming it, never a silent guess. Both backends get the same LoRA targets (`lora_target_regex`).
 """
 
 from __future__ import annotations
@@ -10,12 +12,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# family -> (language-model module prefix, vision-tower prefix, projector/merger prefix) inside the HF model.
+# Where each supported family keeps its parts inside the Hugging Face model (`model_type` -> module paths, and the
+# Linear leaves LoRA may adapt, as regexes relative to the vision tower). The language model's attention and MLP
+# projections are the same names in every family here (LANGUAGE_TARGETS).
 FAMILIES = {
-    "qwen3_vl": ("model.language_model", "model.visual", "model.visual.merger"),
-    "qwen2_5_vl": ("model.language_model", "model.visual", "model.visual.merger"),
+    "qwen3_vl": {
+        "language_model": "model.language_model",
+        "vision_tower": "model.visual",
+        "projector": r"(merger|deepstack_merger_list\.\d+)\.linear_fc[12]",  # the merger and the deepstack mergers
+        "vision_layers": r"blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc[12])",
+    },
+    "qwen2_5_vl": {
+        "language_model": "model.language_model",
+        "vision_tower": "model.visual",
+        "projector": r"merger\.mlp\.[02]",
+        "vision_layers": r"blocks\.\d+\.(attn\.(qkv|proj)|mlp\.(gate|up|down)_proj)",
+    },
 }
 LANGUAGE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BACKENDS = ("auto", "unsloth", "transformers")
 
 
 @dataclass
@@ -24,61 +39,123 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.0
     train_projector: bool = False  # also adapt the vision->language merger (off: the recipe keeps vision fixed)
+    seed: int = 0  # seeds lora_A's initialization, so one run file always starts from the same adapter
 
 
 def family_of(model) -> str:
+    """The model's family key in `FAMILIES` (its `config.model_type`); ValueError for a family vlrl does not know."""
     family = getattr(model.config, "model_type", None)
     if family not in FAMILIES:
-        raise ValueError(f"unsupported model family {family!r}; vlrl knows {', '.join(FAMILIES)}. "
-                         "Add its module paths to vlrl.model.FAMILIES.")
+        raise ValueError(f"unsupported model family {family!r} ({type(model).__name__}); vlrl knows "
+                         f"{', '.join(FAMILIES)}. Add its module paths to vlrl.model.FAMILIES.")
     return family
 
 
 def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_layers: bool = False) -> str:
-    """A PEFT `target_modules` regex: the language model's attention and MLP projections (+ merger / vision)."""
-    language, vision, merger = FAMILIES[family_of(model)]
-    names = {n for n, _ in model.named_modules()}
-    for prefix in (language, vision):
-        if prefix not in names:
-            raise ValueError(f"{type(model).__name__} has no module {prefix!r}, where vlrl.model.FAMILIES says "
-                             f"the {family_of(model)} {'language model' if prefix == language else 'vision tower'} is.")
-    parts = [rf"{re.escape(language)}\.layers\.\d+\.(self_attn|mlp)\.({'|'.join(LANGUAGE_TARGETS)})"]
-    if train_projector:
-        parts.append(rf"{re.escape(merger)}\.linear_fc\d")
-    if finetune_vision_layers:
-        parts.append(rf"{re.escape(vision)}\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc\d)")
-    return "|".join(f"(?:{p})" for p in parts)
+    """A PEFT `target_modules` regex: the language model's attention and MLP projections (+ projector / vision).
 
-
-def choose_backend(backend: str = "auto") -> str:
-    """"unsloth" when asked, or on auto when CUDA and unsloth are both present; "transformers" otherwise."""
-    import importlib.util
-
+    Both backends receive this same regex, so a run adapts the same modules on Unsloth and on transformers. Every
+    part must match at least one Linear layer of `model`; a path in `FAMILIES` that does not is a ValueError naming
+    it, never a silent fallback to fewer targets.
+    """
     import torch
 
-    if backend not in ("auto", "unsloth", "transformers"):
-        raise ValueError(f"backend {backend!r}: choose auto, unsloth or transformers.")
+    family = family_of(model)
+    table = FAMILIES[family]
+    names = {n for n, _ in model.named_modules()}
+    for role in ("language_model", "vision_tower"):
+        if table[role] not in names:
+            raise ValueError(f"{type(model).__name__} has no module {table[role]!r}, where vlrl.model.FAMILIES says "
+                             f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
+    vision = re.escape(table["vision_tower"])
+    parts = {"language_model": rf"{re.escape(table['language_model'])}\.layers\.\d+\.(self_attn|mlp)\."
+                               rf"({'|'.join(LANGUAGE_TARGETS)})"}
+    if train_projector:
+        parts["projector"] = rf"{vision}\.{table['projector']}"
+    if finetune_vision_layers:
+        parts["vision_layers"] = rf"{vision}\.{table['vision_layers']}"
+    linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    for role, part in parts.items():
+        if not any(re.fullmatch(part, n) for n in linears):
+            raise ValueError(f"no Linear layer of {type(model).__name__} matches {part!r}, the {family} {role} "
+                             f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
+    return "|".join(f"(?:{p})" for p in parts.values())
+
+
+def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_installed: bool | None = None) -> str:
+    """The backend a run uses: "unsloth" or "transformers".
+
+    "auto" picks Unsloth when CUDA and the unsloth package are both present, transformers otherwise; a named backend
+    is used as given, or refused with the reason when it cannot run. `cuda` and `unsloth_installed` default to what
+    this machine has.
+
+    >>> choose_backend("auto", cuda=True, unsloth_installed=True), choose_backend("auto", cuda=False)
+    ('unsloth', 'transformers')
+    >>> choose_backend("transformers", cuda=True, unsloth_installed=True)
+    'transformers'
+    """
+    import importlib.util
+
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}.")
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if unsloth_installed is None:
+        unsloth_installed = importlib.util.find_spec("unsloth") is not None
     if backend == "auto":
-        has_unsloth = importlib.util.find_spec("unsloth") is not None
-        return "unsloth" if torch.cuda.is_available() and has_unsloth else "transformers"
-    if backend == "unsloth" and not torch.cuda.is_available():
-        raise ValueError("backend 'unsloth' needs a CUDA GPU; use backend='transformers' on this machine.")
+        return "unsloth" if cuda and unsloth_installed else "transformers"
+    if backend == "unsloth" and not cuda:
+        raise ValueError("backend 'unsloth' needs a CUDA GPU and none is visible; set [model] backend = "
+                         "\"transformers\" (or \"auto\") on this machine.")
+    if backend == "unsloth" and not unsloth_installed:
+        raise ImportError("backend 'unsloth' needs the GPU extra: pip install 'vlrl[gpu]' (or set [model] "
+                          "backend = \"transformers\").")
     return backend
+
+
+def activate_backend(backend: str = "auto") -> str:
+    """Chooses the backend and, for Unsloth, imports it now: Unsloth patches transformers and TRL (its GRPOTrainer
+    and GRPOConfig included), so it must be imported before they are used. Returns the chosen backend."""
+    chosen = choose_backend(backend)
+    if chosen == "unsloth":
+        import sys
+
+        if "trl" in sys.modules and not _unsloth_imported():
+            print("vlrl: trl was imported before unsloth; Unsloth patches what it still can. Call "
+                  "vlrl.model.activate_backend() first for the full set of its optimizations.")
+        import unsloth  # noqa: F401
+    return chosen
+
+
+def _unsloth_imported() -> bool:
+    import sys
+
+    return "unsloth" in sys.modules
+
+
+def backend_of(model) -> str:
+    """"unsloth" for a model loaded through Unsloth's FastVisionModel (it adds `for_training`), else "transformers"."""
+    return "unsloth" if _unsloth_imported() and hasattr(model, "for_training") else "transformers"
 
 
 def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length: int = 2048,
                lora: LoraSettings | None = None, finetune_vision_layers: bool = False, backend: str = "auto"):
-    """Loads (model, processor), LoRA-wrapped when `lora` is given.
+    """Loads (model, processor), LoRA-wrapped when `lora` is given, the vision tower frozen unless asked.
 
     Args:
-        name_or_path: a hub id (`Qwen/Qwen3-VL-8B-Instruct`) or a local checkpoint directory.
+        name_or_path: a hub id (`unsloth/Qwen3-VL-8B-Instruct-unsloth-bnb-4bit`) or a local checkpoint directory.
         load_in_4bit: 4-bit NF4 base weights (bitsandbytes; CUDA only).
         max_seq_length: the longest prompt + completion (Unsloth sizes its buffers from it).
         lora: LoRA settings; None returns the plain model.
-        finetune_vision_layers: also adapt the vision tower (off by default).
-        backend: "auto", "unsloth" or "transformers".
+        finetune_vision_layers: also adapt the vision tower's attention and MLP (off by default).
+        backend: "auto", "unsloth" or "transformers" (see `choose_backend`).
+
+    Returns:
+        (model, processor); the processor pads on the left, for batched generation.
     """
-    backend = choose_backend(backend)
+    backend = activate_backend(backend)
     if backend == "unsloth":
         return _load_unsloth(name_or_path, load_in_4bit, max_seq_length, lora, finetune_vision_layers)
     import torch
@@ -87,7 +164,7 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
     kwargs = {}
     if load_in_4bit:
         if not torch.cuda.is_available():
-            raise ValueError("load_in_4bit needs a CUDA GPU (bitsandbytes); set load_in_4bit = false on CPU.")
+            raise ValueError("load_in_4bit needs a CUDA GPU (bitsandbytes); set [model] load_in_4bit = false on CPU.")
         from transformers import BitsAndBytesConfig
 
         kwargs["quantization_config"] = BitsAndBytesConfig(
@@ -103,38 +180,42 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         return model, processor
     from peft import LoraConfig, get_peft_model
 
+    targets = lora_target_regex(model, train_projector=lora.train_projector,
+                                finetune_vision_layers=finetune_vision_layers)
     for param in model.parameters():
         param.requires_grad_(False)
-    config = LoraConfig(
-        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
-        target_modules=lora_target_regex(model, train_projector=lora.train_projector,
-                                         finetune_vision_layers=finetune_vision_layers),
-    )
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
+                        target_modules=targets)
+    torch.manual_seed(lora.seed)  # lora_A's initialization draws from the global generator
     return get_peft_model(model, config), processor
 
 
 def _load_unsloth(name_or_path, load_in_4bit, max_seq_length, lora, finetune_vision_layers):
-    try:
-        import unsloth  # noqa: F401  (must come before transformers is used, as Unsloth patches it)
-        from unsloth import FastVisionModel
-    except ImportError as err:
-        raise ImportError("the unsloth backend needs the GPU extra: pip install 'vlrl[gpu]'") from err
+    from unsloth import FastVisionModel  # activate_backend imported unsloth before transformers and TRL
+
     model, processor = FastVisionModel.from_pretrained(
         name_or_path, load_in_4bit=load_in_4bit, max_seq_length=max_seq_length,
         use_gradient_checkpointing="unsloth")
-    processor.tokenizer.padding_side = "left"
+    getattr(processor, "tokenizer", processor).padding_side = "left"
     if lora is None:
         return model, processor
+    # vlrl's own regex rather than Unsloth's finetune_* flags, so both backends adapt exactly the same modules
+    # (Unsloth uses a string target_modules as given: "a user-written regex is never widened").
+    targets = lora_target_regex(model, train_projector=lora.train_projector,
+                                finetune_vision_layers=finetune_vision_layers)
     model = FastVisionModel.get_peft_model(
-        model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
+        model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none", target_modules=targets,
         finetune_vision_layers=finetune_vision_layers, finetune_language_layers=True,
-        finetune_attention_modules=True, finetune_mlp_modules=True)
+        finetune_attention_modules=True, finetune_mlp_modules=True, random_state=lora.seed,
+        use_gradient_checkpointing="unsloth")
     return model, processor
 
 
 def trainable_summary(model) -> dict:
-    """Counts of trainable and total parameters, and whether any vision parameter trains."""
+    """Counts of trainable and total parameters, and whether any vision-tower or projector parameter trains."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in model.parameters())
-    vision = any(p.requires_grad for n, p in model.named_parameters() if ".visual." in n and "merger" not in n)
-    return {"trainable": trainable, "total": total, "vision_trainable": vision}
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and ".visual." in n]
+    projector = [n for n, _ in named if "merger" in n]
+    return {"trainable": trainable, "total": total, "vision_trainable": len(named) > len(projector),
+            "projector_trainable": bool(projector), "backend": backend_of(model)}

@@ -3,8 +3,8 @@
 Each stage writes its result into the run directory, so the CLI (`vlrl run`), a notebook cell or a script can run
 or re-run any stage and see the same files:
 
-    config.toml  data_report.json  eval_before.jsonl  eval_images/  train_log.jsonl  checkpoints/
-    eval_after.jsonl  comparison.json  plots/  report.html  adapter/
+    config.toml  data_report.json  eval_before.jsonl  eval_images/  grpo_config.json  train_log.jsonl
+    checkpoints/  eval_after.jsonl  comparison.json  plots/  report.html  adapter/
 """
 
 from __future__ import annotations
@@ -32,6 +32,19 @@ def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfi
     return str(ensure_tiny(seed=data_config.seed, warm_start_steps=model_config.warm_start_steps,
                            warm_start_items=512 if size == "tiny" else 4096,
                            image_size=data_config.image_size, size=size, log=log))
+
+
+def load_policy(config: cfg.RunConfig, log=print):
+    """The configured model, LoRA-wrapped (vision frozen unless asked), and its processor."""
+    path = resolve_model_path(config.model, config.data, log)
+    m = config.model
+    policy, processor = model.load_model(
+        path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
+        lora=model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                                train_projector=m.train_projector, seed=config.training.seed),
+        finetune_vision_layers=m.finetune_vision_layers, backend=m.backend)
+    log(f"model: {path} {model.trainable_summary(policy)}")
+    return policy, processor
 
 
 def load_rows(data_config: cfg.DataConfig, *, return_report: bool = False):
@@ -79,16 +92,14 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
     started = time.time()
     run_dir = Path(output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(cfg.to_toml(config))
+    previous = run_dir / "config.toml"
+    if previous.exists() and previous.read_text() != cfg.to_toml(config):
+        raise cfg.ConfigError(f"{run_dir} holds a run with a different configuration ({previous}): its records "
+                              "would mix with this run's. Use a new --output-dir, or delete that directory.")
+    previous.write_text(cfg.to_toml(config))
 
     banner("1/6 model: load and wrap with LoRA (vision frozen)", log)
-    path = resolve_model_path(config.model, config.data, log)
-    m = config.model
-    policy, processor = model.load_model(
-        path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
-        lora=model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout),
-        finetune_vision_layers=m.finetune_vision_layers, backend=m.backend)
-    log(f"model: {path} {model.trainable_summary(policy)}")
+    policy, processor = load_policy(config, log)
 
     banner("2/6 data: load, hold out, filter by measured prompt length", log)
     train_ds, eval_ds = prepare(config, processor, run_dir, log)
@@ -99,9 +110,12 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
                       max_new_tokens=e.max_new_tokens, image_dir=run_dir / "eval_images", log=log)
 
     banner("4/6 GSPO training", log)
-    train.train(config, policy, processor, train_ds, run_dir)
+    # Same configuration as any earlier attempt in this directory (checked above): continue from its checkpoint.
+    train.train(config, policy, processor, train_ds, run_dir, resume=True, log=log)
 
     banner("5/6 eval after training", log)
+    # Records from an earlier attempt came from an earlier adapter; only this training's adapter may be scored.
+    (run_dir / "eval_after.jsonl").unlink(missing_ok=True)
     evaluate.evaluate(policy, processor, eval_ds, run_dir / "eval_after.jsonl", batch_size=e.batch_size,
                       max_new_tokens=e.max_new_tokens, image_dir=run_dir / "eval_images", log=log)
     comparison = evaluate.compare(run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl")

@@ -48,26 +48,26 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
-TINY_TEXT = dict(
-    vocab_size=VOCAB_SIZE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, rms_norm_eps=1e-6,
-    rope_parameters={"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [4, 2, 2],
+TINY_TEXT = {
+    "vocab_size": VOCAB_SIZE, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 5_000_000.0, "mrope_section": [4, 2, 2],
                      "mrope_interleaved": True},
-)
-TINY_VISION = dict(
-    depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
-    temporal_patch_size=2, out_hidden_size=64, num_position_embeddings=256, deepstack_visual_indexes=[0, 1],
-)
+}
+TINY_VISION = {
+    "depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "patch_size": 16, "spatial_merge_size": 2,
+    "temporal_patch_size": 2, "out_hidden_size": 64, "num_position_embeddings": 256, "deepstack_visual_indexes": [0, 1],
+}
 # "small": the GPU learning demonstration's model (same architecture and vocabulary, 4x wider, 2x deeper).
 SIZES = {
-    "tiny": dict(text=TINY_TEXT, vision=TINY_VISION, warm_lr=3e-3),
-    "small": dict(
-        text={**TINY_TEXT, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
+    "tiny": {"text": TINY_TEXT, "vision": TINY_VISION, "warm_lr": 3e-3},
+    "small": {
+        "text": {**TINY_TEXT, "hidden_size": 256, "intermediate_size": 768, "num_hidden_layers": 4,
               "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
               "rope_parameters": {**TINY_TEXT["rope_parameters"], "mrope_section": [8, 4, 4]}},
-        vision={**TINY_VISION, "depth": 4, "hidden_size": 256, "intermediate_size": 768, "num_heads": 8,
+        "vision": {**TINY_VISION, "depth": 4, "hidden_size": 256, "intermediate_size": 768, "num_heads": 8,
                 "out_hidden_size": 256, "deepstack_visual_indexes": [1, 2]},
-        warm_lr=1e-3),
+        "warm_lr": 1e-3},
 }
 DEFAULT_CACHE = Path(os.environ.get("VLRL_CACHE", Path.home() / ".cache" / "vlrl"))
 
@@ -200,7 +200,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         build_tiny(base, seed=seed, size=size)
     if warm_start_steps <= 0:
         return base
-    settings = dict(seed=seed, steps=warm_start_steps, items=warm_start_items, image_size=image_size, version=1)
+    settings = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "image_size": image_size, "version": 1}
     if size != "tiny":  # the tiny model's key stays as it was, so existing caches stay valid
         settings["size"] = size
     warm = cache_dir / f"{name}-warm-{warm_start_key(settings)}"

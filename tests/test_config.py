@@ -1,0 +1,172 @@
+"""The GSPO recipe as a GRPOConfig, run files and their validation, and the shipped presets."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlrl import config as cfg
+from vlrl.cli import main
+from vlrl.rewards import REWARD_WEIGHTS
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_gspo_config_reproduces_the_recipe(tmp_path):
+    args = cfg.gspo_config(str(tmp_path))
+    assert args.learning_rate == 5e-6
+    assert args.lr_scheduler_type.value == "cosine"
+    assert args.optim.value == "adamw_torch"  # no CUDA / bitsandbytes here; adamw_8bit on a GPU
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.num_generations) == (8, 4, 4)
+    assert args.generation_batch_size == 32  # 8 prompts x 4 completions per optimizer step
+    assert (args.max_completion_length, args.num_train_epochs, args.max_grad_norm) == (1024, 1, 0.1)
+    assert (args.importance_sampling_level, args.loss_type, args.scale_rewards) == ("sequence", "dr_grpo", "none")
+    assert args.mask_truncated_completions is False and args.beta == 0.0
+    assert args.reward_weights == list(REWARD_WEIGHTS)
+    assert args.vllm_importance_sampling_correction is False
+
+
+def test_gspo_config_overrides_win(tmp_path):
+    args = cfg.gspo_config(str(tmp_path), learning_rate=1e-5, num_generations=8, loss_type="grpo")
+    assert (args.learning_rate, args.num_generations, args.loss_type) == (1e-5, 8, "grpo")
+
+
+def test_gspo_paper_recipe_is_trls_documented_gspo_with_the_same_rollout(tmp_path):
+    paper = cfg.gspo_config(str(tmp_path), recipe="gspo-paper")
+    assert (paper.loss_type, paper.importance_sampling_level, paper.scale_rewards) == ("grpo", "sequence", "group")
+    assert (paper.epsilon, paper.epsilon_high, paper.beta) == (3e-4, 4e-4, 0.0)
+    # each rollout of 32 completions becomes 4 optimizer steps of 8 (TRL: accumulation 1, steps_per_generation 4)
+    assert (paper.gradient_accumulation_steps, paper.steps_per_generation, paper.generation_batch_size) == (1, 4, 32)
+
+
+def _trl_default(field, trl_config):
+    value = getattr(trl_config, field)
+    return getattr(value, "value", value)  # enums (optim) compare by their string
+
+
+@pytest.mark.parametrize("field", sorted(cfg.BACKEND_DEFAULTS))
+def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_path):
+    from trl import GRPOConfig
+
+    trl_default, _ = cfg.BACKEND_DEFAULTS[field]  # the Unsloth column: bench/unsloth_defaults.py, on a GPU
+    # the TRL column is what the installed TRL really defaults to
+    assert _trl_default(field, GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)) == trl_default
+    for recipe in cfg.RECIPES:
+        assert field in cfg.gspo_values(recipe), f"gspo_values({recipe!r}) leaves {field} to the backend's default"
+
+
+def test_recipe_values_are_what_the_trainer_receives(tmp_path):
+    from vlrl.train import grpo_args
+
+    tiny = cfg.preset("tiny")
+    args = grpo_args(tiny, tmp_path)
+    t = tiny.training
+    assert (args.learning_rate, args.max_completion_length, args.max_steps) == (t.learning_rate,
+                                                                                 t.max_completion_length, t.max_steps)
+    assert (args.save_steps, args.seed, args.output_dir) == (t.save_steps, t.seed, str(tmp_path / "checkpoints"))
+    assert args.save_only_model is False  # checkpoints keep the optimizer and RNG state for --resume
+
+
+# Each bad run file, and the words its error must contain: the key, the value, and the fix.
+BAD_FILES = [
+    # unknown names, with a suggestion
+    ("[training]\nnum_generation = 4", ["num_generation", "Did you mean 'num_generations'"]),
+    ("[traning]\nseed = 1", ["[traning]", "Did you mean 'training'"]),
+    ("[model]\nbackend = \"unslot\"", ["backend", "'unslot'", "Did you mean 'unsloth'"]),
+    ("[training]\nrecipe = \"gspo_paper\"", ["recipe", "'gspo_paper'", "gspo-paper"]),
+    ("[export]\nformats = [\"lora\", \"onnx\"]", ["formats", "onnx", "merged16"]),
+    # wrong types
+    ("[model]\nlora_r = \"16\"", ["lora_r", "'16'", "integer", "lora_r = 16"]),
+    ("[model]\nload_in_4bit = 1", ["load_in_4bit", "true or false", "load_in_4bit = false"]),
+    ("[training]\nlearning_rate = \"5e-6\"", ["learning_rate", "a number"]),
+    ("[export]\nformats = \"lora\"", ["formats", "list of strings", "[\"lora\"]"]),
+    ("model = 3", ["model = 3", "section [model]"]),
+    # out of range
+    ("[training]\nlearning_rate = 2.0", ["learning_rate = 2.0", "(0, 1)", "5e-6"]),
+    ("[training]\ntemperature = 0.0", ["temperature = 0.0", "(0, 10)"]),
+    ("[training]\nmax_steps = 0", ["max_steps = 0", "-1"]),
+    ("[training]\nstop_on_degeneration = 1.5", ["stop_on_degeneration = 1.5", "0.5"]),
+    ("[training]\nper_device_train_batch_size = 0", ["per_device_train_batch_size = 0", "above 0"]),
+    ("[training]\nnum_generations = 1\nper_device_train_batch_size = 1\ngradient_accumulation_steps = 1",
+     ["num_generations = 1", "at least 2"]),
+    ("[model]\nlora_dropout = 1.0", ["lora_dropout = 1.0", "[0, 1)"]),
+    ("[data]\nimage_size = 16", ["image_size = 16", "32"]),
+    ("[data]\ndifficulty = 4", ["difficulty = 4", "1, 2 or 3"]),
+    ("name = \"my run/1\"", ["name = 'my run/1'", "letters, digits"]),
+    # inconsistent combinations
+    ("[training]\nnum_generations = 3", ["per_device_train_batch_size 8", "gradient_accumulation_steps 4 = 32",
+                                         "num_generations = 3", "divisor of 32 (e.g. 4)"]),
+    ("[data]\nnum_items = 50\nhold_out = 50", ["hold_out = 50", "num_items = 50", "lower hold_out"]),
+    ("[model]\nmax_seq_length = 1500", ["max_seq_length = 1500", "max_completion_length (1024)",
+                                        "at least 2048"]),
+    ("[eval]\nmax_new_tokens = 4096\n[model]\nmax_seq_length = 4096", ["max_new_tokens (4096)", "at least 5120"]),
+    ("[model]\nname_or_path = \"Qwen/Qwen3-VL-8B-Instruct\"\nwarm_start_steps = 100",
+     ["warm_start_steps = 100", "only applies to the tiny model", "vlrl sft"]),
+    ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
+]
+
+
+@pytest.mark.parametrize("text,words", BAD_FILES, ids=[b[0].splitlines()[-1] for b in BAD_FILES])
+def test_bad_run_file_is_rejected_naming_key_value_and_fix(text, words, tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load(path)
+    for word in words:
+        assert word in str(err.value), f"{word!r} missing from: {err.value}"
+
+
+def test_validate_command_exits_nonzero_on_a_bad_file_and_zero_on_a_good_one(tmp_path, capsys):
+    bad, good = tmp_path / "bad.toml", tmp_path / "good.toml"
+    bad.write_text("[training]\nnum_generations = 3\n")
+    good.write_text(cfg.to_toml(cfg.preset("tiny")))
+    assert main(["validate", str(bad)]) == 1
+    assert "num_generations = 3" in capsys.readouterr().err
+    assert main(["validate", str(good)]) == 0
+    assert main(["validate", str(tmp_path / "missing.toml")]) == 1
+    (tmp_path / "broken.toml").write_text("[training\n")
+    assert main(["validate", str(tmp_path / "broken.toml")]) == 1
+    assert "not valid TOML" in capsys.readouterr().err
+
+
+def test_presets_ship_the_tiny_gpu_and_qwen3_vl_sizes():
+    assert {"tiny", "tiny-gpu", "qwen3-vl-8b-mathvista", "qwen3-vl-4b-mathvista",
+            "qwen3-vl-2b-mathvista"} <= set(cfg.presets())
+
+
+@pytest.mark.parametrize("name", cfg.presets())
+def test_preset_round_trips_through_its_toml(name, tmp_path):
+    preset = cfg.preset(name)
+    (tmp_path / "run.toml").write_text(cfg.to_toml(preset))
+    assert cfg.load(tmp_path / "run.toml") == preset
+
+
+def test_presets_validate_offline_without_loading_torch_or_a_model():
+    code = ("import sys; from vlrl import config; [config.preset(p) for p in config.presets()]; "
+            "heavy = {'torch', 'transformers', 'trl', 'unsloth'} & set(sys.modules); assert not heavy, heavy")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
+                            env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("size", ["8b", "4b", "2b"])
+def test_qwen3_vl_presets_carry_the_recipe(size):
+    preset = cfg.preset(f"qwen3-vl-{size}-mathvista")
+    m, d, t = preset.model, preset.data, preset.training
+    assert m.name_or_path == f"unsloth/Qwen3-VL-{size.upper()}-Instruct-unsloth-bnb-4bit"
+    assert (m.load_in_4bit, m.max_seq_length, m.lora_r, m.lora_alpha) == (True, 16384, 16, 16)
+    assert (m.finetune_vision_layers, m.train_projector, m.backend) == (False, False, "auto")
+    assert d.max_prompt_tokens == 1024 and d.source == "AI4Math/MathVista"
+    recipe = cfg.gspo_values()
+    for key in ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
+                "max_completion_length", "num_train_epochs", "temperature"):
+        assert getattr(t, key) == recipe[key], key
+    assert t.recipe == "gspo"
+
+
+def test_tiny_gpu_preset_is_the_tiny_preset_on_unsloth():
+    tiny, gpu = cfg.preset("tiny").to_dict(), cfg.preset("tiny-gpu").to_dict()
+    assert gpu["model"].pop("backend") == "unsloth" and tiny["model"].pop("backend") == "auto"
+    assert (gpu.pop("name"), tiny.pop("name")) == ("tiny-gpu", "tiny")
+    assert gpu == tiny
