@@ -85,12 +85,15 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
 def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_installed: bool | None = None) -> str:
     """The backend a run uses: "unsloth" or "transformers".
 
-    "auto" picks Unsloth when CUDA and the unsloth package are both present, transformers otherwise; a named backend
-    is used as given, or refused with the reason when it cannot run. `cuda` and `unsloth_installed` default to what
-    this machine has.
+    "auto" picks transformers (+ PEFT, bitsandbytes 4-bit and vlrl's compiled static-cache rollouts on CUDA): it was
+    the fastest path that ran in bench/results/gpu.md (Qwen3-VL-8B shape, 4-bit: 303 completion tokens/s against
+    108 for TRL's eager default), while Unsloth 2026.10.9 could not GSPO-train a 4-bit Qwen3-VL at all (its loss
+    forward drops `image_grid_thw`). Unsloth stays one setting away (`backend = "unsloth"`; its 16-bit LoRA path
+    trains). A named backend is used as given, or refused with the reason when it cannot run. `cuda` and
+    `unsloth_installed` default to what this machine has.
 
     >>> choose_backend("auto", cuda=True, unsloth_installed=True), choose_backend("auto", cuda=False)
-    ('unsloth', 'transformers')
+    ('transformers', 'transformers')
     >>> choose_backend("transformers", cuda=True, unsloth_installed=True)
     'transformers'
     """
@@ -105,7 +108,7 @@ def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_i
     if unsloth_installed is None:
         unsloth_installed = importlib.util.find_spec("unsloth") is not None
     if backend == "auto":
-        return "unsloth" if cuda and unsloth_installed else "transformers"
+        return "transformers"
     if backend == "unsloth" and not cuda:
         raise ValueError("backend 'unsloth' needs a CUDA GPU and none is visible; set [model] backend = "
                          "\"transformers\" (or \"auto\") on this machine.")
