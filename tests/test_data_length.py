@@ -106,6 +106,7 @@ def test_run_prepare_writes_the_data_report(tmp_path, processor):
         "model": {"max_seq_length": 512},
         "data": {"source": str(data.SAMPLE_DIR), "image_size": 64, "hold_out": 8, "max_prompt_tokens": 80},
         "training": {"max_completion_length": 40},
+        "eval": {"max_new_tokens": 40},
     })
     train_ds, eval_ds = run.prepare(cfg, processor, tmp_path, log=lambda *_: None)
     assert len(eval_ds) == 8 and len(train_ds) == 33 - 8
