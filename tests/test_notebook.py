@@ -66,19 +66,16 @@ def executed(tmp_path_factory, tiny_dir):
     work = tmp_path_factory.mktemp("notebook")
     run_dir = work / "walkthrough"
     nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)), {"preset": "tiny", "output_dir": str(run_dir)})
-    # The kernel is this interpreter (jupyter_client runs the python3 kernel spec with sys.executable) and imports
-    # this checkout's vlrl; VLRL_CACHE (conftest) points it at the cached warm tiny model.
+    # The kernel is this interpreter (jupyter_client runs the python3 kernel spec's "python" as sys.executable; an
+    # empty JUPYTER_DATA_DIR keeps a user's own python3 spec out) and imports this checkout's vlrl; VLRL_CACHE
+    # (conftest) points it at the cached warm tiny model.
     root = str(NOTEBOOK.parent.parent)
-    previous = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, previous] if previous else [root])
     started = time.time()
-    try:
-        NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
-    finally:
-        if previous is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+        patch.setenv("JUPYTER_DATA_DIR", str(work / "jupyter"))
+        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(work)}})
+        client.execute()
     print(f"walkthrough executed in {time.time() - started:.0f} s")
     nbformat.write(nb, work / "executed.ipynb")  # for a person to open when a check below fails
     return nb, run_dir

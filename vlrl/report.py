@@ -7,6 +7,10 @@ The page holds the resolved config, the data report, the training curves, the be
 statistics, and every flipped item (correctness, then format) with its image, question, gold answer and both
 completions. Images are embedded
 as data URIs and a Content-Security-Policy forbids every other source, so the file opens offline, from anywhere.
+
+The same pieces, and a few more, render inline in a notebook (the walkthrough's views): `items_html` (data items with
+their images and prompts), `completion_html` (one completion's reward, part by part), `records_html`,
+`comparison_html`, `flips_html`, `files_html` (an export and its checks) and `table_html`, each returning `Html`.
 """
 
 from __future__ import annotations
