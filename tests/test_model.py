@@ -125,3 +125,43 @@ def test_load_model_can_adapt_the_projector(tiny_base_dir):
     policy, _ = model.load_model(str(tiny_base_dir), lora=model.LoraSettings(train_projector=True))
     summary = model.trainable_summary(policy)
     assert summary["projector_trainable"] and not summary["vision_trainable"]
+
+
+def test_add_lora_after_load_is_load_model_with_lora(tiny_base_dir):
+    settings = model.LoraSettings(r=8, alpha=16, seed=5)
+    at_once, _ = model.load_model(str(tiny_base_dir), lora=settings, backend="transformers")
+    base, _ = model.load_model(str(tiny_base_dir), backend="transformers")
+    assert all(p.requires_grad for p in base.parameters())  # plain: nothing frozen yet
+    later = model.add_lora(base, settings)
+    a, b = dict(at_once.named_parameters()), dict(later.named_parameters())
+    assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+    assert {n for n, p in a.items() if p.requires_grad} == {n for n, p in b.items() if p.requires_grad}
+
+
+def test_describe_counts_the_parts_before_and_after_lora(tiny_base_dir):
+    base, _ = model.load_model(str(tiny_base_dir), backend="transformers")
+    before = model.describe(base)
+    total = sum(p.numel() for p in base.parameters())
+    assert before["family"] == "qwen3_vl" and before["backend"] == "transformers" and not before["load_in_4bit"]
+    assert before["parameters"] == total and before["dtype"] == "float32" and before["device"] == "cpu"
+    assert before["vision_tower_parameters"] == sum(p.numel() for p in base.model.visual.parameters())
+    assert before["language_model_parameters"] == sum(p.numel() for p in base.model.language_model.parameters())
+    assert "lora_layers" not in before
+    wrapped = model.add_lora(base, model.LoraSettings(r=4))
+    after = model.describe(wrapped)
+    assert after["parameters"] == total  # the adapter is not counted as model weights
+    assert after["lora_layers"] == base.config.text_config.num_hidden_layers * len(model.LANGUAGE_TARGETS)
+    trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    assert after["trainable_parameters"] == trainable
+    assert after["trainable_share"] == pytest.approx(trainable / total, abs=1e-6)
+    assert after["vision_trainable"] is False and after["projector_trainable"] is False
+
+
+def test_environment_names_the_stack_the_device_and_the_backend(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = model.environment("auto")
+    assert env["torch"] == torch.__version__.split("+")[0] and env["backend"] == "transformers"
+    assert env["device"].startswith("cuda: " if torch.cuda.is_available() else "cpu (")
+    assert env["hub"].startswith("offline")
+    if not torch.cuda.is_available():
+        assert model.environment("unsloth")["backend"].startswith("cannot run: backend 'unsloth' needs a CUDA GPU")

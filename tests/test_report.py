@@ -132,3 +132,70 @@ def test_chromium_check_sees_errors_and_network(tmp_path):
     result = open_page(page)
     assert result["errors"] and not any("ran" in e for e in result["errors"])
     assert result["broken_images"] == ["outside"]
+
+
+# --- the notebook views (notebooks/vlrl_walkthrough.ipynb shows these inline) ---------------------------------------
+
+def _style_rules(page: str) -> list[str]:
+    style = page.split("<style>", 1)[1].split("</style>", 1)[0]
+    return [selector.strip() for rule in re.findall(r"([^{}]+)\{", style) for selector in rule.split(",")]
+
+
+def test_items_view_shows_images_prompts_and_measured_length(tiny_processor):
+    items = synthetic.generate(3, seed=3, image_size=64)
+    rows = data.to_dataset(items)
+    page = report.items_html(rows, n=2, processor=tiny_processor)
+    assert isinstance(page, report.Html) and page._repr_html_() == page
+    assert page.count('<img alt="image of') == 2 and "2 of 3 items" in page
+    for row in (rows[0], rows[1]):
+        assert html.escape(evaluate.question(row)) in page  # the prompt's text, instruction included
+        assert f"({data.prompt_tokens(tiny_processor, row)} tokens, image tokens included)" in page
+        assert f"<td>answer</td><td><code>{row['answer']}</code></td>" in page
+    assert html.escape("<|vision_start|><|image_pad|><|vision_end|>") in page
+    canonical = report.items_html(items, n=1)  # canonical rows: the question as data.question_text builds it
+    assert html.escape(data.question_text(items[0])) in canonical and "<td>task</td>" in canonical
+    assert all(s.startswith(".vlrl") for s in _style_rules(page))  # the page's style, scoped to the view
+
+
+@pytest.mark.parametrize("completion,parts", [
+    ("<REASONING>4+3</REASONING><SOLUTION>7</SOLUTION>", ("+1", "+1", "+0", "exact")),
+    ("<REASONING>4+3</REASONING><SOLUTION>7.0</SOLUTION>", ("+1", "+1", "+0", "numeric")),
+    ("<SOLUTION>8</SOLUTION>", ("+0", "+1", "+0", "none")),
+    ("addCriterion\n" * 20, ("+0", "+0", "-2", "none")),
+])
+def test_completion_view_breaks_the_reward_down_as_scoring_does(completion, parts):
+    row = data.to_prompt({"id": "x", "question": "What is 4 + 3?", "image": None, "answer": "7"})
+    page = report.completion_html(completion, row)
+    scored = evaluate.score(completion, row)
+    reasoning, solution, spam, match = parts
+    assert f"<td>REASONING blocks</td><td>{completion.count('<REASONING>')}</td><td>{reasoning}</td>" in page
+    assert f"<td>SOLUTION blocks</td><td>{completion.count('<SOLUTION>')}</td><td>{solution}</td>" in page
+    assert f"<td>{spam}</td><td>-2 at 50% or more</td>" in page
+    assert f"<td>matching rule</td><td>{match}</td>" in page
+    assert f"<b>{scored['format_reward']:g}</b>" in page and f"<b>{scored['reward']:g}</b></td>" in page
+    assert ("right" if scored["correct"] else "wrong") + "</h4>" in page
+
+
+def test_comparison_and_flips_views_match_the_report(run_dir):
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    view = report.comparison_html(comparison)
+    assert "not distinguishable from noise" in view and "McNemar exact p" in view
+    low, high = comparison["accuracy_before_ci95"]
+    assert f"<span class=ci>[{low:.1%}, {high:.1%}]</span>" in view
+    flips = report.flips_html(run_dir, limit=1)  # two wrong->right, one right->wrong, one format gained
+    assert flips.count("<div class=item>") == 3 and "... and 1 more in report.html" in flips
+    assert f"<h3>{comparison['wrong_to_right'][0]}</h3>" in flips
+    assert f"<h3>{comparison['wrong_to_right'][1]}</h3>" not in flips
+    assert report.flips_html(run_dir, limit=None).count("<div class=item>") == 4
+
+
+def test_files_view_lists_sizes_and_checks(tmp_path):
+    (tmp_path / "adapter_model.safetensors").write_bytes(b"\0" * 2048)
+    (tmp_path / "images").mkdir()
+    for name in ("a.png", "b.png"):
+        (tmp_path / "images" / name).write_bytes(b"\0" * 10)
+    page = report.files_html(tmp_path, {"nonzero_lora_B": 14, "all_finite": True})
+    assert "<td>adapter_model.safetensors</td><td>2.0 KiB</td>" in page
+    assert "<td>images/</td><td>2 files, 20 B</td>" in page
+    assert "<td>nonzero_lora_B</td><td><code>14</code></td>" in page
+    assert "no folder" in report.files_html(tmp_path / "missing")

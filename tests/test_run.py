@@ -74,3 +74,18 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
     after, again = read_records(run_dir / "eval_after.jsonl"), read_records(out)
     assert [r["id"] for r in again] == [r["id"] for r in after]  # the same held-out items, from config.toml alone
     assert [r["completion"] for r in again] == [r["completion"] for r in after]  # greedy: the same model, same text
+
+
+def test_a_run_directory_holds_one_configuration(tmp_path):
+    from vlrl import config
+    from vlrl.run import start_run_dir
+
+    tiny = config.preset("tiny")
+    run_dir = start_run_dir(tiny, tmp_path / "run")
+    assert config.load(run_dir / "config.toml") == tiny
+    assert start_run_dir(tiny, run_dir) == run_dir  # the same configuration continues in its directory
+    other = config.preset("tiny")
+    other.training.max_steps = 2
+    with pytest.raises(config.ConfigError, match="holds a run with a different configuration"):
+        start_run_dir(other, run_dir)
+    assert config.load(run_dir / "config.toml") == tiny  # left as it was

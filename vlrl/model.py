@@ -160,7 +160,15 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
     """
     backend = activate_backend(backend)
     if backend == "unsloth":
-        return _load_unsloth(name_or_path, load_in_4bit, max_seq_length, lora, finetune_vision_layers)
+        model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
+    else:
+        model, processor = _load_transformers(name_or_path, load_in_4bit)
+    if lora is None:
+        return model, processor
+    return add_lora(model, lora, finetune_vision_layers=finetune_vision_layers, backend=backend), processor
+
+
+def _load_transformers(name_or_path, load_in_4bit):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -179,39 +187,54 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
     processor.tokenizer.padding_side = "left"  # batched generation
     if torch.cuda.is_available() and not load_in_4bit:
         model = model.to("cuda")
-    if lora is None:
-        return model, processor
-    from peft import LoraConfig, get_peft_model
-
-    targets = lora_target_regex(model, train_projector=lora.train_projector,
-                                finetune_vision_layers=finetune_vision_layers)
-    for param in model.parameters():
-        param.requires_grad_(False)
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
-                        target_modules=targets)
-    torch.manual_seed(lora.seed)  # lora_A's initialization draws from the global generator
-    return get_peft_model(model, config), processor
+    return model, processor
 
 
-def _load_unsloth(name_or_path, load_in_4bit, max_seq_length, lora, finetune_vision_layers):
+def _load_unsloth(name_or_path, load_in_4bit, max_seq_length):
     from unsloth import FastVisionModel  # activate_backend imported unsloth before transformers and TRL
 
     model, processor = FastVisionModel.from_pretrained(
         name_or_path, load_in_4bit=load_in_4bit, max_seq_length=max_seq_length,
         use_gradient_checkpointing="unsloth")
     getattr(processor, "tokenizer", processor).padding_side = "left"
-    if lora is None:
-        return model, processor
-    # vlrl's own regex rather than Unsloth's finetune_* flags, so both backends adapt exactly the same modules
-    # (Unsloth uses a string target_modules as given: "a user-written regex is never widened").
+    return model, processor
+
+
+def add_lora(model, lora: LoraSettings, *, finetune_vision_layers: bool = False, backend: str = "transformers"):
+    """Wraps a model from `load_model(..., lora=None)` with LoRA: every other weight frozen, the vision tower
+    included unless `finetune_vision_layers`. Both backends get the same targets (`lora_target_regex`).
+
+    Args:
+        model: the plain model, as `load_model` returns it without `lora`.
+        lora: rank, alpha, dropout, projector, and the seed of lora_A's initialization.
+        finetune_vision_layers: also adapt the vision tower's attention and MLP.
+        backend: the backend the model was loaded with ("unsloth" wraps through Unsloth's `get_peft_model`).
+
+    Returns:
+        The PEFT-wrapped model.
+    """
+    import torch
+
     targets = lora_target_regex(model, train_projector=lora.train_projector,
                                 finetune_vision_layers=finetune_vision_layers)
-    model = FastVisionModel.get_peft_model(
-        model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none", target_modules=targets,
-        finetune_vision_layers=finetune_vision_layers, finetune_language_layers=True,
-        finetune_attention_modules=True, finetune_mlp_modules=True, random_state=lora.seed,
-        use_gradient_checkpointing="unsloth")
-    return model, processor
+    if backend == "unsloth":
+        from unsloth import FastVisionModel
+
+        # vlrl's own regex rather than Unsloth's finetune_* flags, so both backends adapt exactly the same modules
+        # (Unsloth uses a string target_modules as given: "a user-written regex is never widened").
+        return FastVisionModel.get_peft_model(
+            model, r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none", target_modules=targets,
+            finetune_vision_layers=finetune_vision_layers, finetune_language_layers=True,
+            finetune_attention_modules=True, finetune_mlp_modules=True, random_state=lora.seed,
+            use_gradient_checkpointing="unsloth")
+    from peft import LoraConfig, get_peft_model
+
+    for param in model.parameters():
+        param.requires_grad_(False)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, bias="none",
+                        target_modules=targets)
+    torch.manual_seed(lora.seed)  # lora_A's initialization draws from the global generator
+    return get_peft_model(model, config)
 
 
 def trainable_summary(model) -> dict:
@@ -222,3 +245,78 @@ def trainable_summary(model) -> dict:
     projector = [n for n, _ in named if "merger" in n]
     return {"trainable": trainable, "total": total, "vision_trainable": len(named) > len(projector),
             "projector_trainable": bool(projector), "backend": backend_of(model)}
+
+
+def describe(model) -> dict:
+    """What a loaded model is, for people: family, backend, weight dtype, 4-bit or not, device, memory, parameters
+    in the vision tower and in the language model, and (once LoRA-wrapped) the adapted layers and trainable share.
+
+    4-bit weights are counted at their full size (bitsandbytes packs two into a byte).
+    """
+    import torch
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    table = FAMILIES.get(getattr(inner.config, "model_type", None), {})
+    vision, language = (f"{table[k]}." if k in table else "\0" for k in ("vision_tower", "language_model"))
+
+    def count(p) -> int:
+        state = getattr(p, "quant_state", None)
+        return int(state.shape.numel()) if state is not None and hasattr(state, "shape") else p.numel()
+
+    params = list(inner.named_parameters())
+    weights = [p for n, p in params if "lora_" not in n]
+    floats = [p.dtype for p in weights if p.is_floating_point()]
+    summary = trainable_summary(model)
+    out = {
+        "family": getattr(inner.config, "model_type", None),
+        "backend": summary["backend"],
+        "dtype": str(max(set(floats), key=floats.count)).removeprefix("torch.") if floats else None,
+        "load_in_4bit": any(getattr(p, "quant_state", None) is not None for p in weights),
+        "device": str(next(model.parameters()).device),
+        "memory_gib": round(sum(p.numel() * p.element_size() for _, p in params) / 2**30, 3),
+        "parameters": sum(count(p) for p in weights),
+        "vision_tower_parameters": sum(count(p) for n, p in params if n.startswith(vision) and "lora_" not in n),
+        "language_model_parameters": sum(count(p) for n, p in params if n.startswith(language) and "lora_" not in n),
+    }
+    lora_layers = [n for n, m in inner.named_modules() if isinstance(getattr(m, "lora_A", None), torch.nn.ModuleDict)
+                   and len(m.lora_A)]
+    if lora_layers:
+        out.update(lora_layers=len(lora_layers), trainable_parameters=summary["trainable"],
+                   trainable_share=round(summary["trainable"] / max(1, out["parameters"]), 6),
+                   vision_trainable=summary["vision_trainable"], projector_trainable=summary["projector_trainable"])
+    return out
+
+
+def environment(backend: str = "auto") -> dict:
+    """What this machine offers a run: Python, the stack's versions, the device, the backend `choose_backend` picks
+    for `backend` (or why it cannot), and whether the Hugging Face hub may be reached (HF_HUB_OFFLINE).
+
+    Reads package versions from their metadata: imports torch, but neither transformers nor TRL (Unsloth must come
+    first when it is the backend).
+    """
+    import importlib.metadata
+    import os
+    import platform
+
+    import torch
+
+    import vlrl
+
+    versions = {"vlrl": vlrl.__version__}
+    for name in ("torch", "transformers", "trl", "peft", "datasets", "unsloth", "bitsandbytes"):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        device = f"cuda: {props.name}, {props.total_memory / 2**30:.0f} GiB ({torch.cuda.device_count()} visible)"
+    else:
+        device = f"cpu ({torch.get_num_threads()} threads); no CUDA GPU"
+    try:
+        chosen = choose_backend(backend)
+    except (ValueError, ImportError) as err:
+        chosen = f"cannot run: {err}"
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return {"python": platform.python_version(), **versions, "device": device, "backend": chosen,
+            "hub": "offline (HF_HUB_OFFLINE is set): local models and data only" if offline else "allowed"}

@@ -7,6 +7,10 @@ The page holds the resolved config, the data report, the training curves, the be
 statistics, and every flipped item (correctness, then format) with its image, question, gold answer and both
 completions. Images are embedded
 as data URIs and a Content-Security-Policy forbids every other source, so the file opens offline, from anywhere.
+
+The same pieces, and a few more, render inline in a notebook (the walkthrough's views): `items_html` (data items with
+their images and prompts), `completion_html` (one completion's reward, part by part), `records_html`,
+`comparison_html`, `flips_html`, `files_html` (an export and its checks) and `table_html`, each returning `Html`.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import base64
 import html
 import io
 import json
+import re
 from pathlib import Path
 
 from vlrl import evaluate
@@ -247,6 +252,29 @@ def _flip_html(item_id, before: dict, after: dict, image_dir: Path) -> str:
             f'<div class=row>{_completion_html("before", before)}{_completion_html("after", after)}</div></div>')
 
 
+def _verdict(c: dict) -> str:
+    significant = c["mcnemar_p"] < 0.05
+    return (f"Accuracy {_pct(c['accuracy_before'])} &rarr; {_pct(c['accuracy_after'])} on {c['n_paired']} paired "
+            f"items: {len(c['wrong_to_right'])} wrong&rarr;right, {len(c['right_to_wrong'])} right&rarr;wrong, "
+            f"McNemar exact p = {_num(c['mcnemar_p'])}: "
+            + ("<b>a real change</b> at the 0.05 level." if significant else
+               "<b>not distinguishable from noise</b> at the 0.05 level."))
+
+
+def _flips(c: dict, before: dict, after: dict, image_dir: Path, limit: int | None = None) -> list[str]:
+    """Every flipped item (correctness, then format), each group under its heading; `limit` items per group."""
+    out = []
+    shown = set(c["wrong_to_right"] + c["right_to_wrong"])  # a format flip that is also a correctness flip: once
+    for title, ids in (("Wrong &rarr; right", c["wrong_to_right"]), ("Right &rarr; wrong", c["right_to_wrong"]),
+                       ("Format gained (correctness unchanged)", [i for i in c["format_gained"] if i not in shown]),
+                       ("Format lost (correctness unchanged)", [i for i in c["format_lost"] if i not in shown])):
+        out.append(f"<h3>{title} ({len(ids)})</h3>")
+        out += [_flip_html(i, before.get(i), after.get(i), image_dir) for i in ids[:limit]] or ["<p>none</p>"]
+        if limit is not None and len(ids) > limit:
+            out.append(f"<p class=meta>... and {len(ids) - limit} more in report.html</p>")
+    return out
+
+
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
 h1 { margin-bottom: .2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
@@ -293,23 +321,10 @@ def render(run_dir: str | Path, *, log=None) -> Path:
         first = next((line for line in config_text.splitlines() if line.startswith("name =")), None)
         name = first.split("=", 1)[1].strip().strip('"') if first else name
     c = comparison
-    significant = c["mcnemar_p"] < 0.05
-    verdict = (f"Accuracy {_pct(c['accuracy_before'])} &rarr; {_pct(c['accuracy_after'])} on {c['n_paired']} paired "
-               f"items: {len(c['wrong_to_right'])} wrong&rarr;right, {len(c['right_to_wrong'])} right&rarr;wrong, "
-               f"McNemar exact p = {_num(c['mcnemar_p'])}: "
-               + ("<b>a real change</b> at the 0.05 level." if significant else
-                  "<b>not distinguishable from noise</b> at the 0.05 level."))
-    image_dir = run_dir / "eval_images"
-    flips = []
-    shown = set(c["wrong_to_right"] + c["right_to_wrong"])  # a format flip that is also a correctness flip: once
-    for title, ids in (("Wrong &rarr; right", c["wrong_to_right"]), ("Right &rarr; wrong", c["right_to_wrong"]),
-                       ("Format gained (correctness unchanged)", [i for i in c["format_gained"] if i not in shown]),
-                       ("Format lost (correctness unchanged)", [i for i in c["format_lost"] if i not in shown])):
-        flips.append(f"<h3>{title} ({len(ids)})</h3>")
-        flips += [_flip_html(i, before.get(i), after.get(i), image_dir) for i in ids] or ["<p>none</p>"]
+    flips = _flips(c, before, after, run_dir / "eval_images")
     sections = [
         f"<h1>vlrl run: {_e(name)}</h1><p class=meta>{_e(run_dir.resolve())}</p>",
-        f"<p class=verdict>{verdict}</p>",
+        f"<p class=verdict>{_verdict(c)}</p>",
         "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{_data_uri(comparison_png)}">',
         _comparison_html(c),
         "<h2>Training curves</h2>",
@@ -333,3 +348,208 @@ def render(run_dir: str | Path, *, log=None) -> Path:
         log(f"report: {out} ({len(page) / 1024:.0f} KiB, {len(c['wrong_to_right']) + len(c['right_to_wrong'])} "
             "flipped items)")
     return out
+
+
+# --- in a notebook -----------------------------------------------------------------------------------------------
+# What the walkthrough (notebooks/vlrl_walkthrough.ipynb) shows inline, each from what a run has in memory or on disk.
+# Every function returns `Html`: Jupyter renders it, and as a str it is the markup, so a test can read it.
+
+
+class Html(str):
+    """HTML markup that Jupyter shows rendered (through `_repr_html_`); as a str it is the markup itself.
+
+    >>> page = Html("<b>7</b>")
+    >>> page._repr_html_(), page
+    ('<b>7</b>', Html(8 characters of HTML))
+    """
+
+    def _repr_html_(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:  # the plain-text fallback a notebook stores beside the HTML: not the markup again
+        return f"Html({len(self)} characters of HTML)"
+
+
+def _scoped(style: str, scope: str = ".vlrl") -> str:
+    """The page's STYLE applied only inside `scope`: a notebook holds other output that it must not restyle."""
+    def rule(match) -> str:
+        selectors = [s.strip() for s in match.group(1).split(",")]
+        return ", ".join(scope if s == "body" else f"{scope} {s}" for s in selectors) + f" {{{match.group(2)}}}"
+
+    return re.sub(r"([^{}]+)\{([^}]*)\}", rule, style)
+
+
+def _html(body: str) -> Html:
+    return Html(f'<div class="vlrl"><style>{_scoped(STYLE)}</style>{body}</div>')
+
+
+def _image_uri(image, max_side: int = EMBED_MAX_SIDE) -> str:
+    """A PIL image (or anything `evaluate.row_images` reads) as a PNG data URI, shrunk to `max_side`."""
+    image = image.convert("RGB")
+    if max(image.size) > max_side:
+        image = image.copy()
+        image.thumbnail((max_side, max_side))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _pictures(images, item_id) -> str:
+    return "".join(f'<img alt="image of {_e(item_id)}" src="{_image_uri(i)}">' for i in images) or \
+        "<p class=warn>no image</p>"
+
+
+def table_html(values: dict, title: str | None = None) -> Html:
+    """A dict (nested ones flattened to dotted keys) as a two-column table.
+
+    >>> page = table_html({"lora_r": 16, "model": {"backend": "transformers"}})
+    >>> "<td>lora_r</td><td><code>16</code></td>" in page, "<td>model.backend</td><td><code>transformers</code>" in page
+    (True, True)
+    """
+    return _html((f"<h4>{_e(title)}</h4>" if title else "") + _values_table(values))
+
+
+def _values_table(values: dict) -> str:
+    """Key/value rows as `_flatten` writes them, a string shown without its JSON quotes."""
+    rows = []
+    for key, text in _flatten(values):
+        if len(text) > 1 and text[0] == text[-1] == '"':
+            text = json.loads(text)
+        rows.append([_e(key), f"<code>{_e(text)}</code>"])
+    return _table(None, rows, "small")
+
+
+def items_html(rows, n: int = 4, *, processor=None) -> Html:
+    """The first `n` data items as the model gets them: image(s), the prompt's text, the gold answer and the
+    scoring fields; given the processor, the prompt through the chat template and its length in tokens (image
+    tokens included), as the length filter measures it.
+
+    Args:
+        rows: canonical rows or TRL prompt rows (a list or a `datasets.Dataset`).
+        n: how many to show.
+        processor: the model's processor (optional).
+    """
+    from vlrl import data
+
+    cards = []
+    for index in range(min(n, len(rows))):
+        row = rows[index]
+        text = evaluate.question(row) if row.get("prompt") else data.question_text(row)
+        fields = {k: row.get(k) for k in data.SCORING_COLUMNS if row.get(k) not in (None, [], "")}
+        fields.update({k: v for k, v in (row.get("metadata") or {}).items() if k in ("task", "skills", "source")})
+        details = _table(None, [[_e(k), f"<code>{_e(v)}</code>"] for k, v in fields.items()], "small")
+        if processor is not None and row.get("prompt"):
+            details += (f"<p><b>Through the chat template</b> ({data.prompt_tokens(processor, row)} tokens, image "
+                        f"tokens included)</p><pre>{_e(data.render_prompt(row, processor))}</pre>")
+        cards.append(f'<div class=item><h3>{_e(row["id"])}</h3><div class=row><div class=pic>'
+                     f'{_pictures(evaluate.row_images(row), row["id"])}</div><div class=qa><p><b>Prompt</b></p>'
+                     f"<pre>{_e(text)}</pre>{details}</div></div></div>")
+    return _html(f"<p class=meta>{min(n, len(rows))} of {len(rows)} items</p>" + "".join(cards))
+
+
+def completion_html(completion, row: dict) -> Html:
+    """One completion scored against its item, part by part, by the functions training and eval use: the tags
+    counted and the degeneration share (format reward), the extracted answer and the rule that matched it
+    (correctness reward), and the total R = 0.3 * format + 1.0 * correctness.
+
+    Args:
+        completion: the model's text (or a TRL conversational completion).
+        row: the item (canonical or TRL prompt row): its gold `answer` and MathVista scoring fields.
+
+    >>> page = completion_html("<REASONING>3+4</REASONING><SOLUTION>7</SOLUTION>", {"id": "a", "answer": "7"})
+    >>> "<td><b>total R</b></td><td>0.3 &times; 2 + 1 &times; 2</td><td><b>2.6</b></td>" in page
+    True
+    """
+    from vlrl import answers, rewards
+
+    fmt = rewards.format_parts(completion)
+    scored = evaluate.score(completion, row)
+    penalty = rewards.DEGENERATE_PENALTY if fmt["degenerate"] else 0.0
+    correctness = scored["correctness_reward"]
+    correctness_text = "skipped (no gold)" if correctness is None else f"{correctness:g}"
+    total = (f"{rewards.FORMAT_WEIGHT:g} &times; {fmt['score']:g} + {rewards.CORRECTNESS_WEIGHT:g} &times; "
+             f"{correctness or 0:g}")
+    rules = ", ".join(f"{k} {v:g}" for k, v in rewards.MATCH_SCORES.items())
+    rows = [
+        ["REASONING blocks", str(fmt["reasoning_blocks"]), f"{float(fmt['reasoning_blocks'] == 1):+g}",
+         "+1 for exactly one"],
+        ["SOLUTION blocks", str(fmt["solution_blocks"]), f"{float(fmt['solution_blocks'] == 1):+g}",
+         "+1 for exactly one"],
+        ["addCriterion / newline share", f"{fmt['degeneration_ratio']:.0%}", f"{penalty:+g}",
+         f"{rewards.DEGENERATE_PENALTY:g} at {rewards.DEGENERATE_SHARE:.0%} or more"],
+        ["<b>format reward</b>", "", f"<b>{fmt['score']:g}</b>", f"weight {rewards.FORMAT_WEIGHT:g}"],
+        ["prediction (the SOLUTION block)", f"<code>{_e(scored['prediction'])}</code>", "",
+         f"gold <code>{_e(row.get('answer'))}</code>"],
+        ["matching rule", _e(scored["match"]), "", rules],
+        ["<b>correctness reward</b>", "", f"<b>{correctness_text}</b>", f"weight {rewards.CORRECTNESS_WEIGHT:g}"],
+        ["<b>total R</b>", total, f"<b>{scored['reward']:g}</b>", "what GSPO compares within a group"],
+    ]
+    text = answers.as_text(completion)
+    verdict = "right" if scored["correct"] else "wrong"
+    return _html(f'<div class="side {verdict}"><h4>{_e(row.get("id", ""))}: {verdict}</h4><pre>{_e(text)}</pre>'
+                 f"</div>" + _table(["part", "found", "points", "rule"], rows, "small"))
+
+
+def records_html(records: list[dict], n: int = 8) -> Html:
+    """The first `n` eval records as a table: gold, prediction, right or not, format, reward, length, finish.
+
+    >>> "<td>7</td><td>7</td><td>right</td>" in records_html([{"id": "a", "gold": "7", "prediction": "7",
+    ...                                                           "correct": True, "format_ok": True, "reward": 2.6}])
+    True
+    """
+    rows = [[_e(r.get("id")), _e(r.get("gold")), _e(r.get("prediction")), "right" if r.get("correct") else "wrong",
+             "ok" if r.get("format_ok") else "not ok", _e(r.get("reward")), _e(r.get("completion_tokens")),
+             _e(r.get("finish_reason")), f"<code>{_e(str(r.get('completion', ''))[:160])}</code>"]
+            for r in records[:n]]
+    return _html(f"<p class=meta>{min(n, len(records))} of {len(records)} records</p>"
+                 + _table(["id", "gold", "prediction", "correct", "format", "reward", "tokens", "finish",
+                           "completion"], rows, "small"))
+
+
+def comparison_html(comparison: dict) -> Html:
+    """The before/after verdict and table: accuracy and format with 95% Wilson intervals, the exact McNemar test,
+    the paired 2x2 table, reward means and the breakdown by metadata (what report.html shows)."""
+    return _html(f"<p class=verdict>{_verdict(comparison)}</p>" + _comparison_html(comparison))
+
+
+def flips_html(run_dir: str | Path, limit: int | None = 4) -> Html:
+    """The run's flipped items (wrong->right, right->wrong, then format flips), each with its image, question,
+    gold answer and both completions, read from the run directory; at most `limit` per group."""
+    run_dir = Path(run_dir)
+    before = {r["id"]: r for r in evaluate.read_records(run_dir / "eval_before.jsonl")}
+    after = {r["id"]: r for r in evaluate.read_records(run_dir / "eval_after.jsonl")}
+    comparison = evaluate.compare(list(before.values()), list(after.values()))
+    return _html("".join(_flips(comparison, before, after, run_dir / "eval_images", limit)))
+
+
+def files_html(folder: str | Path, checks: dict | None = None) -> Html:
+    """The files in `folder` with their sizes (a sub-folder as its file count and total size), and, when given, the
+    checks an export ran on them.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "adapter_config.json").write_text("{}")
+    >>> "<td>adapter_config.json</td><td>2 B</td>" in files_html(folder, {"nonzero_lora_B": 14})
+    True
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return _html(f"<p class=warn>no folder {_e(folder)}</p>")
+    rows = []
+    for path in sorted(folder.iterdir()):
+        if path.is_dir():
+            files = [f for f in path.rglob("*") if f.is_file()]
+            rows.append([_e(path.name) + "/", f"{len(files)} files, {_size(sum(f.stat().st_size for f in files))}"])
+        else:
+            rows.append([_e(path.name), _size(path.stat().st_size)])
+    out = f"<p class=meta>{_e(folder)}</p>" + _table(["file", "size"], rows, "small")
+    if checks:
+        out += "<p><b>Verified</b></p>" + _values_table(checks)
+    return _html(out)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024

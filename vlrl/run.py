@@ -34,16 +34,29 @@ def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfi
                            image_size=data_config.image_size, size=size, log=log))
 
 
-def load_policy(config: cfg.RunConfig, log=print):
-    """The configured model, LoRA-wrapped (vision frozen unless asked), and its processor."""
+def load_base(config: cfg.RunConfig, log=print):
+    """The configured checkpoint and its processor, not yet wrapped (4-bit when [model] load_in_4bit)."""
     path = resolve_model_path(config.model, config.data, log)
     m = config.model
-    policy, processor = model.load_model(
-        path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
-        lora=model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                                train_projector=m.train_projector, seed=config.training.seed),
-        finetune_vision_layers=m.finetune_vision_layers, backend=m.backend)
-    log(f"model: {path} {model.trainable_summary(policy)}")
+    base, processor = model.load_model(path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
+                                       backend=m.backend)
+    log(f"model: {path}")
+    return base, processor
+
+
+def wrap_lora(config: cfg.RunConfig, base):
+    """`base` LoRA-wrapped as [model] says: the language model adapted, the vision tower frozen unless asked."""
+    m = config.model
+    return model.add_lora(base, model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                                                   train_projector=m.train_projector, seed=config.training.seed),
+                          finetune_vision_layers=m.finetune_vision_layers, backend=model.choose_backend(m.backend))
+
+
+def load_policy(config: cfg.RunConfig, log=print):
+    """The configured model, LoRA-wrapped (vision frozen unless asked), and its processor."""
+    base, processor = load_base(config, log)
+    policy = wrap_lora(config, base)
+    log(f"LoRA: {model.trainable_summary(policy)}")
     return policy, processor
 
 
@@ -87,9 +100,9 @@ def prepare(config: cfg.RunConfig, processor, run_dir: Path, log=print):
     return train_ds, eval_ds
 
 
-def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
-    """Runs the whole loop into `output_dir`; returns the comparison (also in comparison.json)."""
-    started = time.time()
+def start_run_dir(config: cfg.RunConfig, output_dir: str | Path) -> Path:
+    """Creates the run directory and writes config.toml; a directory that holds another configuration's run is
+    refused, since its records would mix with this run's (the same configuration continues where it stopped)."""
     run_dir = Path(output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     previous = run_dir / "config.toml"
@@ -97,6 +110,13 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
         raise cfg.ConfigError(f"{run_dir} holds a run with a different configuration ({previous}): its records "
                               "would mix with this run's. Use a new --output-dir, or delete that directory.")
     previous.write_text(cfg.to_toml(config))
+    return run_dir
+
+
+def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
+    """Runs the whole loop into `output_dir`; returns the comparison (also in comparison.json)."""
+    started = time.time()
+    run_dir = start_run_dir(config, output_dir)
 
     banner("1/6 model: load and wrap with LoRA (vision frozen)", log)
     policy, processor = load_policy(config, log)
