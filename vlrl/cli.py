@@ -1,8 +1,9 @@
-"""The `vlrl` command: `vlrl run | validate | compare` (more stages join as they land).
+"""The `vlrl` command: `vlrl run | validate | compare | export` (more stages join as they land).
 
     vlrl run --preset tiny --output-dir runs/demo
     vlrl validate my_run.toml
     vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
+    vlrl export runs/demo --format gguf
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ def cmd_compare(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from vlrl.export import ExportError, export_run
+
+    try:
+        result = export_run(args.run_dir, args.format, output_dir=args.output_dir, base=args.base,
+                            outtype=args.outtype)
+    except ExportError as err:
+        print(f"vlrl export: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -64,6 +78,14 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("after")
     c.add_argument("--output")
     c.set_defaults(func=cmd_compare)
+    x = sub.add_parser("export", help="export a run's adapter (lora), a merged checkpoint or GGUF files, verified")
+    x.add_argument("run_dir")
+    x.add_argument("--format", required=True, choices=["lora", "merged16", "merged4", "gguf"])
+    x.add_argument("--output-dir", help="default: RUN_DIR/adapter, merged16, merged4 or gguf")
+    x.add_argument("--base", help="the base checkpoint (default: the adapter's); give the 16-bit model when the "
+                   "adapter was trained on a 4-bit one")
+    x.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"], help="GGUF weight type")
+    x.set_defaults(func=cmd_export)
     return p
 
 
