@@ -14,10 +14,15 @@ $(BIN)/vlrl: pyproject.toml
 
 install: $(BIN)/vlrl
 
+# llama-cpp-python compiles llama.cpp (CPU): GGML_NATIVE=OFF so the wheel pip caches runs on any x86-64-v3 machine.
+$(VENV)/.gguf: $(BIN)/vlrl
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e '.[gguf]'
+	touch $@
+
 demo: install
 	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
 
-test: install
+test: install $(VENV)/.gguf
 	$(BIN)/python -m pytest -q
 
 lint: install

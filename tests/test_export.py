@@ -148,30 +148,23 @@ def test_merged4_on_gpu(run_copy):
 
 
 @pytest.mark.slow
-def test_gguf_f32_verified_by_llama_cpp(tiny_run, tmp_path):
+def test_export_gguf_verified_by_llama_cpp(run_copy):
+    """One GGUF export (f32, the strictest tolerance; f16/bf16/q8_0 are measured in bench/results/export.md)."""
     tools = require_llama_cpp()
-    result = export.export_gguf(tiny_run / "adapter", tmp_path / "gguf", outtype="f32")
+    assert main(["export", str(run_copy), "--format", "gguf", "--outtype", "f32"]) == 0
+    result = exports(run_copy)["gguf"]
     tolerance = export.TOLERANCE["gguf-f32"]
     assert result["tokenizer_match"]
     assert result["merged_gap"] <= tolerance and result["adapter_gap"] <= tolerance
-    assert result["base_without_adapter_gap"] > 10 * tolerance  # the check can tell the adapter is there
+    assert result["base_without_adapter_gap"] > 100 * tolerance  # the comparison can tell the adapter is there
     assert result["mmproj_gap"] <= export.TOLERANCE["mmproj"] and result["image_tokens"] == 12
-    n_lora = sum("lora_A" in k for k in load_file(str(tiny_run / "adapter" / "adapter_model.safetensors")))
+    adapter = run_copy / "adapter"
+    n_lora = sum("lora_A" in k for k in load_file(str(adapter / "adapter_model.safetensors")))
     assert result["gguf_tensors_checked"]["adapter"] == 2 * n_lora
-    assert all(os.path.getsize(path) > 0 for path in result["files"].values())
-    files = {k: tmp_path / "gguf" / f"{k}-f32.gguf" for k in ("model", "mmproj", "adapter")}
-    base = json.loads((tiny_run / "adapter" / "adapter_config.json").read_text())["base_model_name_or_path"]
-    export.check_gguf_structure(files, base, tiny_run / "adapter", tools)  # the base has the merged model's shapes
+    files = {k: run_copy / "gguf" / f"{k}-f32.gguf" for k in ("model", "mmproj", "adapter")}
+    assert sorted(p.name for p in (run_copy / "gguf").iterdir()) == sorted(p.name for p in files.values())
+    assert all(result["bytes"][k] == os.path.getsize(path) > 0 for k, path in files.items())
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
     swapped = {**files, "model": files["mmproj"]}  # the reader check notices a wrong file
     with pytest.raises(export.ExportError, match="general.architecture"):
-        export.check_gguf_structure(swapped, base, tiny_run / "adapter", tools)
-
-
-@pytest.mark.slow
-def test_export_gguf_cli(run_copy):
-    require_llama_cpp()
-    assert main(["export", str(run_copy), "--format", "gguf"]) == 0  # f16, the default
-    result = exports(run_copy)["gguf"]
-    assert result["outtype"] == "f16" and result["adapter_gap"] <= export.TOLERANCE["gguf-f16"]
-    assert sorted(p.name for p in (run_copy / "gguf").iterdir()) == [
-        "adapter-f16.gguf", "mmproj-f16.gguf", "model-f16.gguf"]
+        export.check_gguf_structure(swapped, base, adapter, tools)
