@@ -54,7 +54,7 @@ def cmd_export(args) -> int:
     try:
         result = export_run(args.run_dir, args.format, output_dir=args.output_dir, base=args.base,
                             outtype=args.outtype)
-    except ExportError as err:
+    except (ExportError, ImportError) as err:  # a failed check, or a missing extra (gguf, gpu)
         print(f"vlrl export: {err}", file=sys.stderr)
         return 1
     print(json.dumps(result, indent=2))

@@ -233,13 +233,17 @@ def write_model_card(adapter_dir: str | Path, stats: dict, *, run_dir: str | Pat
             comparison = json.loads((run_dir / "comparison.json").read_text())
     model_cfg = (config or {}).get("model", {})
     name = (config or {}).get("name", adapter_dir.parent.name if run_dir else adapter_dir.name)
+    recipe = (config or {}).get("training", {}).get("recipe")
     local_base = Path(base).exists()
     lines = ["---", f"base_model: {base}" if not local_base else "base_model: null  # a local checkpoint, see below",
-             "library_name: peft", "tags: [vlrl, gspo, lora, vision-language]", "---", "",
-             f"# {name}: LoRA adapter trained with vlrl (GSPO)", "", "## Base model", ""]
+             "library_name: peft", f"tags: [vlrl, {recipe + ', ' if recipe else ''}lora, vision-language]", "---",
+             "", f"# {name}: LoRA adapter trained with vlrl" + (f" ({recipe.upper()})" if recipe else ""), "",
+             "## Base model", ""]
     if model_cfg.get("name_or_path") == "tiny":
-        lines.append(f"`{base}`: vlrl's offline tiny Qwen3-VL (the real architecture at test sizes, random weights "
-                     "plus a supervised warm start). A test model for checking the pipeline, not for use.")
+        warm = model_cfg.get("warm_start_steps", 0)
+        lines.append(f"`{base}`: vlrl's offline tiny Qwen3-VL (the real architecture at test sizes, random weights"
+                     + (f", then {warm} supervised warm-start steps" if warm else "")
+                     + "). A test model for checking the pipeline, not for use.")
     else:
         lines.append(f"`{base}`" + (" (a local checkpoint)" if local_base else ""))
     lines += ["", "## Data", ""]
