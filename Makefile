@@ -14,6 +14,11 @@ $(BIN)/vlrl: pyproject.toml
 
 install: $(BIN)/vlrl
 
+# llama-cpp-python compiles llama.cpp (CPU): GGML_NATIVE=OFF so the wheel pip caches runs on any x86-64-v3 machine.
+$(VENV)/.gguf: $(BIN)/vlrl
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e '.[gguf]'
+	touch $@
+
 demo: install
 	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
 
@@ -21,7 +26,7 @@ demo: install
 calculator:
 	bash rewards/install.sh
 
-test: install
+test: install $(VENV)/.gguf
 	bash scripts/ensure_chromium.sh chromium-driver  # headless Chromium for the report and calculator tests
 	bash rewards/install.sh                          # the calculator's Pyodide runtime (npm, pinned)
 	$(BIN)/python -m pytest -q

@@ -43,3 +43,14 @@ def items():
     from vlrl import synthetic
 
     return synthetic.generate(24, seed=1, image_size=64)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, tiny_dir) -> Path:
+    """One finished `vlrl run --preset tiny` (config.toml, comparison.json, a trained adapter), shared by the tests
+    that read a run directory; tests that write into a run copy it first."""
+    from vlrl.cli import main
+
+    out = tmp_path_factory.mktemp("run") / "demo"
+    assert main(["run", "--preset", "tiny", "--output-dir", str(out)]) == 0
+    return out

@@ -8,10 +8,8 @@ from vlrl.cli import main
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, tiny_dir):
-    out = tmp_path_factory.mktemp("run") / "demo"
-    assert main(["run", "--preset", "tiny", "--output-dir", str(out)]) == 0
-    return out
+def run_dir(tiny_run):
+    return tiny_run  # one run for the whole session (conftest), read by the export tests too
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The `vlrl` command: `vlrl run | data | train | sft | eval | compare | report | validate | serve-rewards`.
+"""The `vlrl` command: `vlrl run | data | train | sft | eval | compare | report | export | validate | serve-rewards`.
 
     vlrl run --preset tiny --output-dir runs/demo
     vlrl train --config my_run.toml --output-dir runs/mine [--resume]
@@ -9,6 +9,7 @@
     vlrl data inspect data/mathvista_sample
     vlrl report runs/demo                                # -> runs/demo/report.html
     vlrl serve-rewards --port 8765 --run runs/demo
+    vlrl export runs/demo --format gguf
 """
 
 from __future__ import annotations
@@ -206,6 +207,19 @@ def cmd_serve_rewards(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from vlrl.export import ExportError, export_run
+
+    try:
+        result = export_run(args.run_dir, args.format, output_dir=args.output_dir, base=args.base,
+                            outtype=args.outtype)
+    except (ExportError, ImportError) as err:  # a failed check, or a missing extra (gguf, gpu)
+        print(f"vlrl export: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(result, indent=2))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -278,6 +292,14 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
     s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
     s.set_defaults(func=cmd_serve_rewards)
+    x = sub.add_parser("export", help="export a run's adapter (lora), a merged checkpoint or GGUF files, verified")
+    x.add_argument("run_dir")
+    x.add_argument("--format", required=True, choices=["lora", "merged16", "merged4", "gguf"])
+    x.add_argument("--output-dir", help="default: RUN_DIR/adapter, merged16, merged4 or gguf")
+    x.add_argument("--base", help="the base checkpoint (default: the adapter's); give the 16-bit model when the "
+                   "adapter was trained on a 4-bit one")
+    x.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"], help="GGUF weight type")
+    x.set_defaults(func=cmd_export)
     return p
 
 

@@ -144,7 +144,9 @@ def run(config: cfg.RunConfig, output_dir: str | Path, *, log=print) -> dict:
     report.render(run_dir, log=log)
 
     banner("6/6 export the adapter (verified from disk)", log)
-    stats = export.export_adapter(policy, processor, run_dir / "adapter")
-    log(f"adapter: {stats['nonzero_lora_B']}/{stats['lora_B_tensors']} lora_B non-zero -> {run_dir / 'adapter'}")
+    export.export_adapter(policy, processor, run_dir / "adapter", run_dir=run_dir, log=log)
+    for fmt in config.export.formats:  # merged16, merged4, gguf: each from the saved adapter, verified
+        if fmt != "lora":
+            export.export_run(run_dir, fmt, log=log)
     log(f"done in {time.time() - started:.0f} s: {run_dir}")
     return comparison

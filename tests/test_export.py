@@ -1,0 +1,170 @@
+"""Exports of a real tiny run, each verified after writing: the adapter (model card, read-back logits), merged
+checkpoints (logits, untouched vision tower), and GGUF files loaded by llama.cpp itself."""
+
+import json
+import os
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from vlrl import export
+from vlrl.cli import main
+
+CUDA = torch.cuda.is_available()
+
+
+@pytest.fixture
+def run_copy(tiny_run, tmp_path):
+    """A writable copy of the shared tiny run (exports write into the run directory)."""
+    return shutil.copytree(tiny_run, tmp_path / "run", ignore=shutil.ignore_patterns("checkpoints"))
+
+
+def exports(run_dir) -> dict:
+    return json.loads((run_dir / "export.json").read_text())
+
+
+def require_llama_cpp():
+    """llama-cpp-python and llama.cpp's converters, or a skip with the reason; in CI (CI=true) a failure, so the
+    GGUF checks can never be skipped silently there."""
+    try:
+        import llama_cpp  # noqa: F401
+
+        return export.llama_cpp_tools()
+    except (ImportError, export.ExportError) as err:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(f"CI must run the GGUF checks, but llama.cpp is unavailable: {err}")
+        pytest.skip(f"llama.cpp unavailable ({err}); pip install 'vlrl[gguf]'")
+
+
+# --- the adapter --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_run_writes_a_model_card(tiny_run):
+    card = (tiny_run / "adapter" / "README.md").read_text()
+    comparison = json.loads((tiny_run / "comparison.json").read_text())
+    adapter = json.loads((tiny_run / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] in card and "tiny Qwen3-VL" in card
+    assert f"{comparison['accuracy_before']:.1%}" in card and f"{comparison['accuracy_after']:.1%}" in card
+    assert "- learning_rate: `0.002`" in card and "- source: `synthetic`" in card  # recipe and data: config.toml
+    assert "PeftModel.from_pretrained" in card and "Not recorded" not in card
+
+
+@pytest.mark.slow
+def test_export_lora_reloads_to_the_same_logits(run_copy):
+    assert main(["export", str(run_copy), "--format", "lora"]) == 0
+    result = exports(run_copy)["lora"]
+    assert result["reload_gap"] <= export.TOLERANCE["adapter"]
+    assert result["adapter_effect"] > 0.01  # the trained adapter visibly moves the logits
+    assert result["nonzero_lora_B"] == result["lora_B_tensors"] > 0
+    assert (run_copy / "adapter" / "README.md").exists() and (run_copy / "adapter" / "tokenizer.json").exists()
+
+
+@pytest.mark.slow
+def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
+    model, processor = export.load_adapted(tiny_run / "adapter")
+    model.save_pretrained(str(tmp_path))
+    weights = load_file(str(tmp_path / "adapter_model.safetensors"))
+    key = next(k for k in weights if "lora_B" in k)
+    weights[key] = weights[key] * 2  # what a bad save or a wrong scaling would do
+    save_file(weights, str(tmp_path / "adapter_model.safetensors"))
+    with pytest.raises(export.ExportError, match="different logits"):
+        export._check_reload(model, processor, tmp_path)
+
+
+def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):
+    from vlrl.model import LoraSettings, load_model
+
+    model, processor = load_model(str(tiny_dir), lora=LoraSettings(r=4, alpha=8))  # lora_B starts at zero
+    with pytest.raises(export.ExportError, match="untrained"):
+        export.export_adapter(model, processor, run_copy / "untrained")
+    shutil.rmtree(run_copy / "adapter")
+    model.save_pretrained(str(run_copy / "adapter"))
+    assert main(["export", str(run_copy), "--format", "merged16"]) == 1
+    assert "untrained" in capsys.readouterr().err
+    assert not (run_copy / "merged16").exists()
+
+
+def test_export_errors_are_clear(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "missing"), "--format", "lora"]) == 1
+    assert "no run directory" in capsys.readouterr().err
+    (tmp_path / "unfinished").mkdir()
+    assert main(["export", str(tmp_path / "unfinished"), "--format", "gguf"]) == 1
+    assert "holds no adapter" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse: "invalid choice: 'onnx' (choose from lora, merged16, ...)"
+        main(["export", str(tmp_path), "--format", "onnx"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="unknown export format"):
+        export.export_run(tmp_path, "onnx")
+
+
+# --- merged checkpoints -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_merged_fp32_matches_base_plus_adapter(tiny_run, tmp_path):
+    result = export.export_merged(tiny_run / "adapter", tmp_path / "merged", dtype="fp32")
+    assert result["logits_gap"] <= export.TOLERANCE["fp32"]
+    # Read the files directly: same tensor names as the base checkpoint, vision tower bit-identical to the base's.
+    adapter = json.loads((tiny_run / "adapter" / "adapter_config.json").read_text())
+    base = load_file(os.path.join(adapter["base_model_name_or_path"], "model.safetensors"))
+    merged = load_file(str(tmp_path / "merged" / "model.safetensors"))
+    assert set(merged) == set(base)
+    vision = [k for k in base if k.startswith("model.visual.")]
+    assert vision and result["vision_tensors_unchanged"] == len(vision)
+    assert all(torch.equal(merged[k], base[k]) for k in vision)
+    changed = [k for k in base if not torch.equal(merged[k], base[k])]
+    assert changed and all(".language_model.layers." in k and k.endswith("proj.weight") for k in changed)
+
+
+@pytest.mark.slow
+def test_export_merged16(run_copy):
+    assert main(["export", str(run_copy), "--format", "merged16"]) == 0
+    result = exports(run_copy)["merged16"]
+    assert result["dtype"] == "bf16" and result["logits_gap"] <= export.TOLERANCE["bf16"]
+    assert result["vision_tensors_unchanged"] > 0
+    config = json.loads((run_copy / "merged16" / "config.json").read_text())
+    assert config["dtype"] == "bfloat16" and (run_copy / "merged16" / "tokenizer.json").exists()
+
+
+@pytest.mark.skipif(CUDA, reason="checks the CPU error; the GPU test below exports for real")
+def test_merged4_without_cuda_is_a_clear_error(run_copy, capsys):
+    assert main(["export", str(run_copy), "--format", "merged4"]) == 1
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not CUDA, reason="bitsandbytes 4-bit needs CUDA")
+def test_merged4_on_gpu(run_copy):
+    assert main(["export", str(run_copy), "--format", "merged4"]) == 0
+    result = exports(run_copy)["merged4"]
+    assert result["logits_gap"] <= export.TOLERANCE["4bit"] and result["vision_tensors_unchanged"] > 0
+    config = json.loads((run_copy / "merged4" / "config.json").read_text())
+    assert config["quantization_config"]["load_in_4bit"]
+
+
+# --- GGUF through llama.cpp ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_export_gguf_verified_by_llama_cpp(run_copy):
+    """One GGUF export (f32, the strictest tolerance; f16/bf16/q8_0 are measured in bench/results/export.md)."""
+    tools = require_llama_cpp()
+    assert main(["export", str(run_copy), "--format", "gguf", "--outtype", "f32"]) == 0
+    result = exports(run_copy)["gguf"]
+    tolerance = export.TOLERANCE["gguf-f32"]
+    assert result["tokenizer_match"]
+    assert result["merged_gap"] <= tolerance and result["adapter_gap"] <= tolerance
+    assert result["base_without_adapter_gap"] > 100 * tolerance  # the comparison can tell the adapter is there
+    assert result["mmproj_gap"] <= export.TOLERANCE["mmproj"] and result["image_tokens"] == 12
+    adapter = run_copy / "adapter"
+    n_lora = sum("lora_A" in k for k in load_file(str(adapter / "adapter_model.safetensors")))
+    assert result["gguf_tensors_checked"]["adapter"] == 2 * n_lora
+    files = {k: run_copy / "gguf" / f"{k}-f32.gguf" for k in ("model", "mmproj", "adapter")}
+    assert sorted(p.name for p in (run_copy / "gguf").iterdir()) == sorted(p.name for p in files.values())
+    assert all(result["bytes"][k] == os.path.getsize(path) > 0 for k, path in files.items())
+    base = json.loads((adapter / "adapter_config.json").read_text())["base_model_name_or_path"]
+    swapped = {**files, "model": files["mmproj"]}  # the reader check notices a wrong file
+    with pytest.raises(export.ExportError, match="general.architecture"):
+        export.check_gguf_structure(swapped, base, adapter, tools)
