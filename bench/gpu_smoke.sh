@@ -9,7 +9,7 @@ python3 -c "import torch, transformers, trl, peft, datasets; print('torch', torc
 for mode in "$@"; do
   case $mode in
     tiny-transformers) timeout 240 python3 -m vlrl run --preset tiny --output-dir /tmp/tiny_tf > $OUT/tiny_tf.log 2>&1; echo "tiny-transformers rc=$?"; cp /tmp/tiny_tf/train_log.jsonl $OUT/tiny_tf_train_log.jsonl 2>/dev/null ;;
-    tiny-unsloth) timeout 300 python3 -m vlrl run --config bench/tiny_unsloth.toml --output-dir /tmp/tiny_unsloth > $OUT/tiny_unsloth.log 2>&1; echo "tiny-unsloth rc=$?"; cp /tmp/tiny_unsloth/train_log.jsonl $OUT/tiny_unsloth_train_log.jsonl 2>/dev/null ;;
+    tiny-unsloth) timeout 300 python3 -m vlrl run --preset tiny-gpu --output-dir /tmp/tiny_unsloth > $OUT/tiny_unsloth.log 2>&1; echo "tiny-unsloth rc=$?"; cp /tmp/tiny_unsloth/train_log.jsonl $OUT/tiny_unsloth_train_log.jsonl 2>/dev/null ;;
   esac
 done
 for f in $OUT/*.log; do echo "== $f"; tr '\r' '\n' < $f | grep -v "it/s\]\|s/it\]\|item/s\]\|step/s\]\|s/step\]" | tail -25; done
