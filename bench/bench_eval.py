@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_io import write_results  # bench/ is on sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -86,11 +88,7 @@ def main() -> None:
                     "load_average_1_5_15_after": [round(x, 2) for x in load_after]},
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    output.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    write_results(result, args.output, markdown)
 
 
 def per_repeat_speedups(runs: list[dict]) -> dict[str, list[float]]:
