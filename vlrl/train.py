@@ -333,7 +333,10 @@ def enable_fast_generation(trainer, max_cache_len: int) -> None:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     quantizer = getattr(base, "hf_quantizer", None)
     if quantizer is not None and not quantizer.is_compileable:
-        type(quantizer).is_compileable = property(lambda self: True)
+        # Only this model's quantizer: a subclass for the one instance, so other models in the process keep the
+        # library's answer (isinstance checks still hold).
+        cls = type(quantizer)
+        quantizer.__class__ = type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
 
 
 def train(config, model=None, processor=None, train_dataset=None, run_dir: str | Path | None = None, *,
