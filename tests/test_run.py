@@ -84,6 +84,7 @@ def test_a_run_directory_holds_one_configuration(tmp_path):
     assert start_run_dir(tiny, run_dir) == run_dir  # the same configuration continues in its directory
     other = config.preset("tiny")
     other.training.max_steps = 2
-    with pytest.raises(config.ConfigError, match="holds a run with a different configuration"):
+    with pytest.raises(config.ConfigError, match="holds a run with a different configuration") as refused:
         start_run_dir(other, run_dir)
+    assert "[training] max_steps: 8 -> 2" in str(refused.value)  # it says what changed
     assert config.load(run_dir / "config.toml") == tiny  # left as it was

@@ -254,6 +254,21 @@ def load(path: str | Path) -> RunConfig:
     return from_dict(data)
 
 
+def differences(config: RunConfig, path: str | Path) -> list[str]:
+    """What differs between `config` and the run file at `path` (empty when it is absent or the same run):
+    one "[section] key: before -> now" line per changed value, so a refusal can say what changed."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    before, now = load(path).to_dict(), config.to_dict()
+    changed = [f"[{section}] {key}: {before[section][key]!r} -> {now[section][key]!r}"
+               for section in now if isinstance(now[section], dict)
+               for key in now[section] if now[section][key] != before[section].get(key)]
+    if before["name"] != now["name"]:
+        changed.insert(0, f"name: {before['name']!r} -> {now['name']!r}")
+    return changed
+
+
 def presets() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in resources.files("vlrl.presets").iterdir()
                   if p.name.endswith(".toml"))

@@ -105,11 +105,11 @@ def start_run_dir(config: cfg.RunConfig, output_dir: str | Path) -> Path:
     refused, since its records would mix with this run's (the same configuration continues where it stopped)."""
     run_dir = Path(output_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    previous = run_dir / "config.toml"
-    if previous.exists() and previous.read_text() != cfg.to_toml(config):
-        raise cfg.ConfigError(f"{run_dir} holds a run with a different configuration ({previous}): its records "
-                              "would mix with this run's. Use a new --output-dir, or delete that directory.")
-    previous.write_text(cfg.to_toml(config))
+    changed = cfg.differences(config, run_dir / "config.toml")
+    if changed:
+        raise cfg.ConfigError(f"{run_dir} holds a run with a different configuration ({'; '.join(changed)}): its "
+                              "records would mix with this run's. Use a new --output-dir, or delete that directory.")
+    (run_dir / "config.toml").write_text(cfg.to_toml(config))
     return run_dir
 
 

@@ -411,16 +411,10 @@ def _check_same_config(config, path: Path) -> None:
     """Refuses to resume a run with a different configuration: the resumed run would not be the run it continues."""
     from vlrl import config as cfg
 
-    if not path.exists():
-        return
-    before = cfg.load(path).to_dict()
-    now = config.to_dict()
-    changed = [f"[{section}] {key}: {before[section][key]!r} -> {now[section][key]!r}"
-               for section in now if isinstance(now[section], dict)
-               for key in now[section] if now[section][key] != before[section].get(key)]
-    if changed or before["name"] != now["name"]:
+    changed = cfg.differences(config, path)
+    if changed:
         raise cfg.ConfigError(f"cannot resume {path.parent}: its run started with a different configuration "
-                              f"({'; '.join(changed) or 'name'}); resume with the run file it started with "
+                              f"({'; '.join(changed)}); resume with the run file it started with "
                               f"(or omit --config to use {path}), or train into a new --output-dir.")
 
 
