@@ -17,9 +17,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*"]
+# What headless Chromium needs on these machines (as root, no display, no network beyond loopback); both browser
+# harnesses (this one and the reward calculator's selenium one) start from it.
+BASE_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+              "--disable-background-networking", "--disable-component-update", "--disable-sync",
+              "--disable-dev-shm-usage"]
+FLAGS = [*BASE_FLAGS, "--hide-scrollbars", "--remote-debugging-port=0", "--remote-allow-origins=*"]
 
 
 def find_chromium() -> str | None:

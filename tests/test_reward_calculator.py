@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from chromium import BASE_FLAGS, find_chromium  # tests/chromium.py
 
 from vlrl import evaluate, rewards
 from vlrl.serve import make_server, page_url, serve_in_thread
@@ -33,9 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "rewards"
 FIELDS = ("completion", "answer", "question_type", "choices", "precision", "unit", "answer_type")
 META = ("question_type", "choices", "precision", "unit", "answer_type")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1400,1100",
+CHROMIUM_FLAGS = [*BASE_FLAGS, "--window-size=1400,1100",
                   # Nothing may come from outside: any host name but the local server's fails to resolve.
                   "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]
 FUZZ_SEED = int(os.environ.get("VLRL_FUZZ_SEED", "9"))
@@ -247,7 +246,7 @@ def browser(tmp_path_factory):
         from selenium import webdriver
     except ImportError:
         unavailable("selenium is not installed (pip install -e '.[dev]')")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromium = find_chromium()
     driver_path = shutil.which("chromedriver") or "/usr/lib/chromium/chromedriver"
     if not chromium or not Path(driver_path).exists():
         unavailable("headless Chromium or chromedriver is not installed (Debian: apt-get install chromium "
