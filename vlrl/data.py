@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from vlrl import answers
+from vlrl import answers, rewards
 from vlrl.images import MAX_IMAGE_BYTES, BadItem, fit_image, image_hash, load_image
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ INSTRUCTION = (
     "Reason about the image inside <REASONING>...</REASONING>, then give only the final answer inside "
     "<SOLUTION>...</SOLUTION>."
 )
-SCORING_COLUMNS = ("answer", "precision", "question_type", "choices", "unit", "answer_type")
+SCORING_COLUMNS = ("answer", *rewards.META_COLUMNS)  # what GRPOTrainer passes on to the rewards
 IMAGE_PLACEHOLDER = "<image>"
 # The bundled sample in MathVista's JSON layout (a checkout's data/; `python data/make_mathvista_sample.py` redraws it)
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "data" / "mathvista_sample"

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from vlrl import answers, rewards
 
-META_FIELDS = ("precision", "question_type", "choices", "unit", "answer_type")
 # Metadata keys the comparison breaks accuracy down by (MathVista's and the synthetic generator's); a list value
 # (MathVista's `skills`) puts the item in every group it names.
 BREAKDOWN_KEYS = ("skills", "task", "context", "grade", "category", "source", "difficulty")
@@ -147,7 +146,7 @@ def score(completion: str, row: dict) -> dict:
     >>> r["correct"], r["format_ok"], r["reward"]
     (True, True, 2.6)
     """
-    meta = {k: row.get(k) for k in META_FIELDS}
+    meta = {k: row.get(k) for k in rewards.META_COLUMNS}  # the columns the reward reads, so both agree
     fmt = rewards.format_parts(completion)
     corr = rewards.correctness_parts(completion, row.get("answer"), **meta)
     return {
