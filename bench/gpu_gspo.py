@@ -5,7 +5,7 @@ training by timing TRL's own methods; peak memory is torch's allocator peak; dec
 time per decoding step with the time to read the weights once at the measured device-to-device copy bandwidth.
 
     python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 256 --steps 4 --out $OUT/results
-    python bench/gpu_gspo.py --decode-only --size 8b --backend bf16 ...     # decoding alone, eager vs compiled
+    python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 1024 --fast-generation --micro-batch 4
 
 Backends: unsloth4 (Unsloth FastVisionModel, 4-bit), bnb4 (transformers + PEFT + bitsandbytes 4-bit),
 bf16 (transformers + PEFT, bf16 weights). `--fast-generation` turns on vlrl's static-cache compiled decoding.
@@ -143,7 +143,10 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     model, processor = load(args.size, args.backend, path)
     config = cfg.preset("tiny")
     t = config.training
-    t.per_device_train_batch_size, t.gradient_accumulation_steps, t.num_generations = 8, 1, 4
+    # 8 rollouts decoded per generate call and one optimizer step per rollout; --micro-batch splits the training
+    # forward of those 8 into accumulation steps (less activation and logit memory, the same optimizer step).
+    t.per_device_train_batch_size, t.gradient_accumulation_steps = args.micro_batch, 8 // args.micro_batch
+    t.num_generations, t.generation_batch_size = 4, 8
     t.max_completion_length, t.max_steps, t.learning_rate, t.save_steps = args.completion, args.steps, 5e-6, 10_000
     config.model.backend = "unsloth" if args.backend == "unsloth4" else "transformers"
     config.data.max_prompt_tokens = 512  # 512x512 image = 256 image tokens + the question: the static cache's budget
@@ -202,6 +205,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--fast-generation", action="store_true")
+    p.add_argument("--micro-batch", type=int, choices=[1, 2, 4, 8], default=8,
+                   help="completions per training forward (8: the recipe's per_device_train_batch_size)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = p.parse_args()
@@ -210,12 +215,13 @@ def main() -> None:
     started = time.time()
     result = bench_train(args, path, bandwidth)
     result.update(size=args.size, backend=args.backend, completion=args.completion, fast_generation=args.fast_generation,
+                  micro_batch=args.micro_batch,
                   gpu=torch.cuda.get_device_name(), copy_bandwidth_tb_s=bandwidth / 1e12,
                   wall_s=time.time() - started, torch=torch.__version__,
                   cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
     expandable = "expandable_segments:True" in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
     name = (f"gspo_{args.size}_{args.backend}{'_fast' if args.fast_generation else ''}_{args.completion}"
-            f"{'_expandable' if expandable else ''}.json")
+            f"{'_expandable' if expandable else ''}{f'_micro{args.micro_batch}' if args.micro_batch != 8 else ''}.json")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / name).write_text(json.dumps(result, indent=2))
     keys = ("step_s", "generation_s", "reward_s", "training_s", "completion_tokens_per_s", "decode_ms_per_token_step",

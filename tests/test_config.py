@@ -102,7 +102,9 @@ BAD_FILES = [
                                         "at least 2048"]),
     ("[eval]\nmax_new_tokens = 4096\n[model]\nmax_seq_length = 4096", ["max_new_tokens (4096)", "at least 5120"]),
     ("[model]\nname_or_path = \"Qwen/Qwen3-VL-8B-Instruct\"\nwarm_start_steps = 100",
-     ["warm_start_steps = 100", "only applies to the tiny model", "vlrl sft"]),
+     ["warm_start_steps = 100", "only applies to the models vlrl builds (tiny, tiny-small)", "vlrl sft"]),
+    ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of both", "e.g. 8"]),
+    ("[training]\nrecipe = \"gspo-paper\"\ngeneration_batch_size = 8", ["gspo-paper", "remove one"]),
     ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
 ]
 
@@ -154,15 +156,30 @@ def test_presets_validate_offline_without_loading_torch_or_a_model():
 def test_qwen3_vl_presets_carry_the_recipe(size):
     preset = cfg.preset(f"qwen3-vl-{size}-mathvista")
     m, d, t = preset.model, preset.data, preset.training
-    assert m.name_or_path == f"unsloth/Qwen3-VL-{size.upper()}-Instruct-unsloth-bnb-4bit"
-    assert (m.load_in_4bit, m.max_seq_length, m.lora_r, m.lora_alpha) == (True, 16384, 16, 16)
+    four_bit = size == "8b"  # 2B and 4B fit 24 GB in bf16, which decodes faster (bench/results/gpu.md)
+    assert m.name_or_path == (f"unsloth/Qwen3-VL-{size.upper()}-Instruct-unsloth-bnb-4bit" if four_bit
+                              else f"Qwen/Qwen3-VL-{size.upper()}-Instruct")
+    assert (m.load_in_4bit, m.max_seq_length, m.lora_r, m.lora_alpha) == (four_bit, 16384, 16, 16)
     assert (m.finetune_vision_layers, m.train_projector, m.backend) == (False, False, "auto")
     assert d.max_prompt_tokens == 1024 and d.source == "AI4Math/MathVista"
     recipe = cfg.gspo_values()
-    for key in ("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
-                "max_completion_length", "num_train_epochs", "temperature"):
+    for key in ("learning_rate", "num_generations", "max_completion_length", "num_train_epochs", "temperature"):
         assert getattr(t, key) == recipe[key], key
     assert t.recipe == "gspo"
+    # The recipe's 32 completions per optimizer step, split for 24 GB: forwards of 4, rollouts decoded 8 at a time
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps == (
+        recipe["per_device_train_batch_size"] * recipe["gradient_accumulation_steps"])
+    assert (t.per_device_train_batch_size, t.generation_batch_size) == (4, 8)
+
+
+def test_generation_batch_size_decodes_each_micro_batch_just_in_time(tmp_path):
+    from vlrl.train import grpo_args
+
+    args = grpo_args(cfg.preset("qwen3-vl-8b-mathvista"), tmp_path)
+    assert (args.generation_batch_size, args.steps_per_generation, args.gradient_accumulation_steps) == (8, 2, 8)
+    args = grpo_args(cfg.preset("tiny"), tmp_path)  # 0: TRL's default, the whole step's rollouts in one call
+    t = cfg.preset("tiny").training
+    assert args.steps_per_generation == t.gradient_accumulation_steps
 
 
 def test_tiny_gpu_preset_is_the_tiny_preset_on_unsloth():

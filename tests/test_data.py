@@ -295,7 +295,8 @@ def test_system_prompt_and_dataset_source():
 def test_to_prompt_shape_for_trl():
     item = synthetic.generate(1, image_size=32)[0]
     row = data.to_prompt(item)
-    assert set(row) == {"id", "prompt", "image", *data.SCORING_COLUMNS}
+    assert set(row) == {"id", "prompt", "image", "metadata", *data.SCORING_COLUMNS}
+    assert row["metadata"]["task"] == item["metadata"]["task"]  # eval records keep it: accuracy by task
     assert row["prompt"] == [{"role": "user", "content": [
         {"type": "image"}, {"type": "text", "text": data.question_text(item)}]}]
     text = data.render_prompt(row)
@@ -310,8 +311,9 @@ def test_prompt_content_rejects_mismatched_placeholders():
 def test_to_dataset_from_canonical_dataset_keeps_images(sample):
     ds, _ = sample
     prompts = data.to_dataset(ds)
-    assert set(prompts.column_names) == {"id", "prompt", "image", *data.SCORING_COLUMNS}
+    assert set(prompts.column_names) == {"id", "prompt", "image", "metadata", *data.SCORING_COLUMNS}
     assert prompts[0]["image"].size == (64, 64) and prompts["id"] == ds["id"]
+    assert prompts[0]["metadata"] == ds[0]["metadata"] and "skills" in prompts[0]["metadata"]
     assert data.image_hash(prompts[3]["image"]) == data.image_hash(ds[3]["image"])
 
 

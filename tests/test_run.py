@@ -74,6 +74,23 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
     assert [r["completion"] for r in again] == [r["completion"] for r in after]  # greedy: the same model, same text
 
 
+@pytest.mark.slow
+def test_vlrl_eval_sample_draws_reproducible_samples_and_records_the_task(run_dir, tmp_path):
+    from vlrl.evaluate import compare, read_records
+
+    paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
+    for path, seed in zip(paths, (0, 0, 1)):
+        args = ["eval", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path), "--sample",
+                "--temperature", "1.5", "--seed", str(seed)]
+        assert main(args) == 0
+    first, again, other = (read_records(p) for p in paths)
+    assert all(r["do_sample"] is True and r["temperature"] == 1.5 for r in first)
+    assert [r["completion"] for r in again] == [r["completion"] for r in first]  # seeded: the same draws
+    assert [r["completion"] for r in other] != [r["completion"] for r in first]  # another seed: other draws
+    assert all(r["metadata"]["task"] for r in first)  # the generator's task, for the breakdown by task
+    assert "task" in compare(run_dir / "eval_before.jsonl", paths[0])["breakdown"]
+
+
 def test_a_run_directory_holds_one_configuration(tmp_path):
     from vlrl import config
     from vlrl.run import start_run_dir

@@ -122,12 +122,18 @@ def cmd_eval(args) -> int:
 
         policy = PeftModel.from_pretrained(policy, args.adapter)
     # The held-out split is a pure function of the config (source, hold_out, seed): the same items as the run's.
-    _, held_out = data.split_holdout(run.load_rows(conf.data), conf.data.hold_out, seed=conf.data.seed)
+    _, held_out = run.split(conf, run.load_rows(conf.data))
     eval_ds, _ = data.filter_by_length(data.to_dataset(held_out), processor, conf.data.max_prompt_tokens)
-    output = args.output or run_dir / ("eval_adapter.jsonl" if args.adapter else "eval_base.jsonl")
+    name = ("eval_adapter" if args.adapter else "eval_base") + ("_sampled" if args.sample else "")
+    output = args.output or run_dir / f"{name}.jsonl"
+    if args.sample:
+        import torch
+
+        torch.manual_seed(args.seed)  # the same seed, batch size and model draw the same samples
     records = evaluate.evaluate(policy, processor, eval_ds, output,
                                 batch_size=args.batch_size or conf.eval.batch_size,
                                 max_new_tokens=args.max_new_tokens or conf.eval.max_new_tokens,
+                                do_sample=args.sample, temperature=args.temperature,
                                 image_dir=run_dir / "eval_images", log=print)
     print(f"{len(records)} records -> {output}")
     return 0
@@ -282,6 +288,10 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--output", help="records file (default: RUN_DIR/eval_adapter.jsonl or eval_base.jsonl)")
     e.add_argument("--batch-size", type=int, help="default: the run's [eval] batch_size")
     e.add_argument("--max-new-tokens", type=int, help="default: the run's [eval] max_new_tokens")
+    e.add_argument("--sample", action="store_true",
+                   help="sample one completion per item (what GSPO optimizes) instead of greedy decoding")
+    e.add_argument("--temperature", type=float, default=1.0, help="with --sample (default 1.0, the recipe's)")
+    e.add_argument("--seed", type=int, default=0, help="with --sample: seeds the draws (default 0)")
     e.set_defaults(func=cmd_eval)
     rp = sub.add_parser("report", help="plots and a self-contained report.html for a run directory")
     rp.add_argument("run_dir")

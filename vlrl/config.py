@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 
 try:
@@ -35,7 +36,8 @@ class ModelConfig:
     train_projector: bool = False  # also LoRA on the vision->language merger (off: the recipe keeps vision fixed)
     finetune_vision_layers: bool = False  # the vision tower stays frozen: RL signal is too sparse to retrain it
     backend: str = "auto"  # auto | unsloth | transformers
-    warm_start_steps: int = 0  # tiny only: supervised steps that teach the answer format before RL
+    warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
+    warm_start_items: int = 0  # tiny / tiny-small only: generated items the warm start draws from (0: 512 / 4096)
 
 
 @dataclass
@@ -44,6 +46,7 @@ class DataConfig:
     split: str = "testmini"
     num_items: int = 200  # synthetic only
     difficulty: int = 1  # synthetic only
+    tasks: list[str] = field(default_factory=list)  # synthetic only: vlrl.synthetic task names; empty: the six default
     image_size: int = 512
     hold_out: int = 100
     max_prompt_tokens: int = 1024  # the recipe's max_prompt_length, enforced by measuring, never by truncation
@@ -64,6 +67,10 @@ class TrainingConfig:
     logging_steps: int = 1
     save_steps: int = 50  # a checkpoint (adapter, optimizer, scheduler, RNG) every this many steps; --resume uses it
     stop_on_degeneration: float = 0.0  # 0: never; else stop when this share of a step's completions degenerates
+    # Completions decoded per generate call; 0: TRL's default, the whole optimizer step's rollouts (batch x
+    # accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before its
+    # forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding throughput.
+    generation_batch_size: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     seed: int = 0
 
@@ -95,6 +102,8 @@ class RunConfig:
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig, "eval": EvalConfig,
              "export": ExportConfig}
 BACKENDS = ("auto", "unsloth", "transformers")
+# The models vlrl builds and warm-starts itself (vlrl.tiny), by name -> size; tiny-small: the GPU learning demo.
+LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
 
 
@@ -166,8 +175,10 @@ def validate(config: RunConfig) -> None:
     for section, key, value in positive:
         if value <= 0:
             raise ConfigError(f"[{section}] {key} = {value} must be positive; set it to a number above 0.")
-    for section, key, value in [("model", "warm_start_steps", m.warm_start_steps), ("data", "seed", d.seed),
-                                ("training", "seed", t.seed)]:
+    for section, key, value in [("model", "warm_start_steps", m.warm_start_steps),
+                                ("model", "warm_start_items", m.warm_start_items), ("data", "seed", d.seed),
+                                ("training", "seed", t.seed), ("training", "generation_batch_size",
+                                                               t.generation_batch_size)]:
         if value < 0:
             raise ConfigError(f"[{section}] {key} = {value} must be 0 or more.")
     if not m.name_or_path.strip():
@@ -178,10 +189,11 @@ def validate(config: RunConfig) -> None:
                           f"{_did_you_mean(m.backend, BACKENDS)}")
     if not 0 <= m.lora_dropout < 1:
         raise ConfigError(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
-    if m.warm_start_steps and m.name_or_path != "tiny":
-        raise ConfigError(
-            f"[model] warm_start_steps = {m.warm_start_steps} only applies to the tiny model, not "
-            f"{m.name_or_path!r}; set it to 0 and run `vlrl sft` first if this model needs a cold start.")
+    for key in ("warm_start_steps", "warm_start_items"):
+        if getattr(m, key) and m.name_or_path not in LOCAL_MODELS:
+            raise ConfigError(
+                f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds ({', '.join(LOCAL_MODELS)}), "
+                f"not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if this model needs a cold start.")
     if t.num_generations < 2:
         raise ConfigError(f"[training] num_generations = {t.num_generations} must be at least 2: GSPO compares "
                           "completions of the same prompt, and one has no group to compare with.")
@@ -194,6 +206,17 @@ def validate(config: RunConfig) -> None:
             f"[training] num_generations = {t.num_generations}, so every prompt's group is complete; set "
             f"num_generations to a divisor of {generation_batch} (e.g. {_nearest(divisors, t.num_generations)}) "
             "or change the batch.")
+    if t.generation_batch_size:
+        if t.recipe == "gspo-paper":
+            raise ConfigError(f"[training] generation_batch_size = {t.generation_batch_size} cannot be combined with "
+                              'recipe "gspo-paper", which sets the rollout size itself (batch x accumulation, split '
+                              "into optimizer steps); remove one of the two.")
+        unit = math.lcm(t.per_device_train_batch_size, t.num_generations)
+        if t.generation_batch_size % unit:
+            raise ConfigError(
+                f"[training] generation_batch_size = {t.generation_batch_size} must be a multiple of both "
+                f"per_device_train_batch_size ({t.per_device_train_batch_size}) and num_generations "
+                f"({t.num_generations}), e.g. {unit}; 0 decodes a whole optimizer step's rollouts at once.")
     if not 0 < t.learning_rate < 1:
         raise ConfigError(f"[training] learning_rate = {t.learning_rate} must be in (0, 1); the recipe uses 5e-6.")
     if t.recipe not in RECIPES:
@@ -222,6 +245,12 @@ def validate(config: RunConfig) -> None:
                               "or nothing is left to train on; raise num_items or lower hold_out.")
         if d.difficulty not in (1, 2, 3):
             raise ConfigError(f"[data] difficulty = {d.difficulty} must be 1, 2 or 3.")
+        from vlrl.synthetic import ALL_TASKS
+
+        for task in d.tasks:
+            if task not in ALL_TASKS:
+                raise ConfigError(f"[data] tasks names {task!r}, which vlrl.synthetic does not generate; choose from "
+                                  f"{', '.join(ALL_TASKS)}.{_did_you_mean(task, ALL_TASKS)}")
     if m.max_seq_length < d.max_prompt_tokens + t.max_completion_length:
         raise ConfigError(
             f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
@@ -400,7 +429,7 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         **RECIPES[recipe],
     )
     values.update(overrides)
-    if recipe == "gspo-paper" and "steps_per_generation" not in overrides:
+    if recipe == "gspo-paper" and not {"steps_per_generation", "generation_batch_size"} & set(overrides):
         # The paper splits each rollout into mini-batches, one optimizer step each, so the sequence ratios (and the
         # clip range) act on slightly off-policy data. Keep the rollout size (batch x accumulation) and make each
         # accumulation slice its own optimizer step, as TRL's documented setting does (accumulation 1, 4 steps).

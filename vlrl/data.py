@@ -679,6 +679,8 @@ def to_prompt(row: dict, *, images_column: bool | None = None) -> dict:
         out["images"] = images
     else:
         out["image"] = images[0] if images else None
+    if isinstance(row.get("metadata"), dict):
+        out["metadata"] = row["metadata"]  # the item's task/skills: eval records keep it for the breakdown
     return {**out, **{k: row.get(k) for k in SCORING_COLUMNS}}
 
 
@@ -689,7 +691,7 @@ def to_dataset(rows):
     if isinstance(rows, datasets.Dataset):
         multi = "images" in rows.column_names
         raw = _undecoded(rows)  # images pass through undecoded: no decode/re-encode per row
-        drop = [c for c in raw.column_names if c not in ("id", "image", "images", *SCORING_COLUMNS)]
+        drop = [c for c in raw.column_names if c not in ("id", "image", "images", "metadata", *SCORING_COLUMNS)]
         prompts = raw.map(lambda row: {k: v for k, v in to_prompt(row, images_column=multi).items()
                                        if k not in ("image", "images")},
                           remove_columns=drop, desc="building prompts")
@@ -700,7 +702,12 @@ def to_dataset(rows):
                 prompts = prompts.cast_column(name, feature)
         return prompts
     multi = any(len(row_images(r)) > 1 for r in rows)
-    return datasets.Dataset.from_list([to_prompt(r, images_column=multi) for r in rows])
+    prompts = [to_prompt(r, images_column=multi) for r in rows]
+    metadata = [p.pop("metadata", {}) for p in prompts]
+    dataset = datasets.Dataset.from_list(prompts)
+    if any(metadata):  # one JSON column: items of different tasks carry different keys
+        dataset = dataset.add_column("metadata", [json.dumps(m) for m in metadata], feature=datasets.Json())
+    return dataset
 
 
 def render_prompt(row: dict, processor=None) -> str:
@@ -822,7 +829,8 @@ def _row_hashes(row: dict) -> set[str]:
     return {image_hash(image) for image in row_images(row)}
 
 
-def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | None = None):
+def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | None = None,
+                  exclude_images: set[str] = frozenset()):
     """Splits rows into (train, held_out) with `n` held-out items, disjoint by id and by image content.
 
     Training rows whose id or picture also appears in the held-out set are dropped (and counted), so no eval item
@@ -833,6 +841,8 @@ def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | Non
         n: held-out items.
         seed: the shuffle seed.
         report: a DataReport to record the split in.
+        exclude_images: picture hashes (`image_hash`) the model has already trained on (a warm start's): rows showing
+            one are never held out, only trained on; counted as `eval_excluded_seen_image`.
 
     >>> from vlrl import synthetic
     >>> train, held = split_holdout(synthetic.generate(20, image_size=32), n=5)
@@ -844,9 +854,16 @@ def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | Non
                          "lower hold_out or load more items.")
     order = list(range(len(rows)))
     random.Random(seed).shuffle(order)
-    held_idx = order[:n]
     ids = _ids(rows)
     hashes = [_row_hashes(row) for row in rows]  # one sequential pass: each picture decoded once
+    seen = [i for i in order if hashes[i] & exclude_images]
+    held_idx = [i for i in order if not hashes[i] & exclude_images][:n]
+    if len(held_idx) < n:
+        raise ValueError(f"hold_out ({n}) needs {n} rows whose pictures the model has not trained on, and only "
+                         f"{len(held_idx)} of {len(rows)} are ({len(seen)} show a warm-start picture); load more "
+                         "items or lower hold_out.")
+    held = set(held_idx)
+    order = held_idx + [i for i in order if i not in held]
     held_ids = {ids[i] for i in held_idx}
     held_images = set().union(*(hashes[i] for i in held_idx))
     train_idx, same_id, same_image = [], 0, 0
@@ -859,7 +876,8 @@ def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | Non
             train_idx.append(i)
     if report is not None:
         report.hold_out = {"n": n, "seed": seed, "train": len(train_idx), "eval": n,
-                           "train_dropped_same_id": same_id, "train_dropped_same_image": same_image}
+                           "train_dropped_same_id": same_id, "train_dropped_same_image": same_image,
+                           "eval_excluded_seen_image": len(seen)}
     if isinstance(rows, list):
         return [rows[i] for i in train_idx], [rows[i] for i in held_idx]
     return rows.select(train_idx), rows.select(held_idx)

@@ -9,6 +9,7 @@ exist is a ValueError naming it, never a silent guess. Both backends get the sam
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -159,6 +160,7 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         (model, processor); the processor pads on the left, for batched generation.
     """
     backend = activate_backend(backend)
+    _expandable_segments()
     if backend == "unsloth":
         model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
     else:
@@ -166,6 +168,20 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
     if lora is None:
         return model, processor
     return add_lora(model, lora, finetune_vision_layers=finetune_vision_layers, backend=backend), processor
+
+
+def _expandable_segments() -> None:
+    """Lets PyTorch's CUDA allocator grow segments instead of caching fixed blocks, unless the user configured it.
+
+    Rollouts and training steps of changing lengths otherwise strand memory between cached blocks: the 8B recipe at
+    1024 completion tokens reserved 27.5 GiB without it and 22.2 GiB with it, for the same 18.6 GiB allocated
+    (bench/results/gpu.md). Read once, when CUDA starts, so it only acts before the first CUDA allocation.
+    """
+    import torch
+
+    configured = {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"} & set(os.environ)
+    if not configured and torch.cuda.is_available() and not torch.cuda.is_initialized():
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 
 def _load_transformers(name_or_path, load_in_4bit):

@@ -23,15 +23,35 @@ def banner(text: str, log=print) -> None:
 
 def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfig, log=print) -> str:
     """The checkpoint to load: `tiny` / `tiny-small` build (and warm-start) a local Qwen3-VL; others are as given."""
-    sizes = {"tiny": "tiny", "tiny-small": "small"}
+    sizes = cfg.LOCAL_MODELS
     if model_config.name_or_path not in sizes:
         return model_config.name_or_path
     from vlrl.tiny import ensure_tiny
 
-    size = sizes[model_config.name_or_path]
-    return str(ensure_tiny(seed=data_config.seed, warm_start_steps=model_config.warm_start_steps,
-                           warm_start_items=512 if size == "tiny" else 4096,
-                           image_size=data_config.image_size, size=size, log=log))
+    return str(ensure_tiny(warm_start_steps=model_config.warm_start_steps, size=sizes[model_config.name_or_path],
+                           log=log, **_warm_start_items(model_config, data_config)))
+
+
+def _warm_start_items(model_config: cfg.ModelConfig, data_config: cfg.DataConfig) -> dict:
+    size = cfg.LOCAL_MODELS[model_config.name_or_path]
+    return {"seed": data_config.seed, "image_size": data_config.image_size, "difficulty": data_config.difficulty,
+            "tasks": tuple(data_config.tasks or synthetic.TASKS),
+            "warm_start_items": model_config.warm_start_items or (512 if size == "tiny" else 4096)}
+
+
+def split(config: cfg.RunConfig, rows, report: data.DataReport | None = None):
+    """(train, held_out) rows: `data.split_holdout` with the run's hold_out and seed. For the models vlrl warm-starts
+    itself, no held-out item shows a picture the warm start trained on, so the eval measures reading, not recall.
+    A pure function of the configuration: `vlrl eval` gets the run's own held-out items back."""
+    m = config.model
+    seen = set()
+    if m.name_or_path in cfg.LOCAL_MODELS and m.warm_start_steps:
+        from vlrl.tiny import warm_start_data
+
+        w = _warm_start_items(m, config.data)
+        seen = {data.image_hash(item["image"]) for item in warm_start_data(
+            w["seed"], w["warm_start_items"], w["image_size"], w["difficulty"], w["tasks"])}
+    return data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report, exclude_images=seen)
 
 
 def load_base(config: cfg.RunConfig, log=print):
@@ -68,7 +88,7 @@ def load_rows(data_config: cfg.DataConfig, *, return_report: bool = False):
     """
     if data_config.source == "synthetic":
         rows = synthetic.generate(data_config.num_items, seed=data_config.seed, image_size=data_config.image_size,
-                                  difficulty=data_config.difficulty)
+                                  difficulty=data_config.difficulty, tasks=data_config.tasks or synthetic.TASKS)
         report = data.DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows),
                                  image_size=data_config.image_size)
     else:
@@ -82,11 +102,10 @@ def load_rows(data_config: cfg.DataConfig, *, return_report: bool = False):
 def prepare(config: cfg.RunConfig, processor, run_dir: Path, log=print):
     """Loads, splits and length-filters the data; writes data_report.json. Returns (train_dataset, eval_dataset).
 
-    The held-out set is disjoint from training by id and by picture (`data.split_holdout`), checked again on the
-    final datasets (`data.check_disjoint`) so no eval item is ever trained on.
+    The held-out set is disjoint from training by id and by picture (`split`), checked again on the final datasets (`data.check_disjoint`) so no eval item is ever trained on.
     """
     rows, report = load_rows(config.data, return_report=True)
-    train_rows, held_out = data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report)
+    train_rows, held_out = split(config, rows, report)
     max_tokens = config.data.max_prompt_tokens
     train_ds, dropped_train = data.filter_by_length(data.to_dataset(train_rows), processor, max_tokens,
                                                     report=report, part="train")

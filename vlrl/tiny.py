@@ -180,8 +180,18 @@ def warm_start_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def warm_start_data(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
+    """The generated items a warm start trains on: other seeds than the run's items, but not always other pictures
+    (easy charts repeat), so `vlrl.run.split` keeps these pictures out of the held-out set."""
+    from vlrl import synthetic
+
+    return synthetic.generate(n, seed=seed + 10_000, image_size=image_size, difficulty=difficulty,
+                              tasks=tasks or synthetic.TASKS)
+
+
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
-                warm_start_items: int = 512, image_size: int = 128, size: str = "tiny", log=print) -> Path:
+                warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
+                size: str = "tiny", log=print) -> Path:
     """Returns the warm-started tiny model's directory, building and caching it on first use.
 
     Args:
@@ -190,6 +200,8 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
         warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
         image_size: side of the generated images.
+        difficulty: the generated items' difficulty (`vlrl.synthetic`), the run's own.
+        tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
         size: "tiny" or "small" (see `SIZES`).
     """
     cache_dir = Path(cache_dir or DEFAULT_CACHE)
@@ -203,14 +215,19 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     settings = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "image_size": image_size, "version": 1}
     if size != "tiny":  # the tiny model's key stays as it was, so existing caches stay valid
         settings["size"] = size
+    if difficulty != 1:
+        settings["difficulty"] = difficulty
+    from vlrl import synthetic
+
+    if tasks and tuple(tasks) != synthetic.TASKS:
+        settings["tasks"] = list(tasks)
     warm = cache_dir / f"{name}-warm-{warm_start_key(settings)}"
     if (warm / "config.json").exists():
         return warm
-    from vlrl import synthetic
     from vlrl.train import sft
 
     log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
-    items = synthetic.generate(warm_start_items, seed=seed + 10_000, image_size=image_size)
+    items = warm_start_data(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = _tmp_dir(warm)
     sft(base, items, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=SIZES[size]["warm_lr"], log=log)
     (tmp / "warm_start.json").write_text(json.dumps(settings, indent=2))

@@ -275,13 +275,14 @@ def grpo_args(config, run_dir: str | Path):
     from vlrl.config import gspo_config
 
     t = config.training
+    rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
     return gspo_config(
         output_dir=str(Path(run_dir) / "checkpoints"), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, num_generations=t.num_generations,
         max_completion_length=t.max_completion_length, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
         temperature=t.temperature, logging_steps=t.logging_steps, save_strategy="steps", save_steps=t.save_steps,
-        seed=t.seed, data_seed=t.seed,
+        seed=t.seed, data_seed=t.seed, **rollout,
     )
 
 
