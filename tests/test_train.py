@@ -61,6 +61,26 @@ def test_gspo_steps_move_lora_and_log_every_step(tiny_dir, tmp_path):
     assert cfg.load(tmp_path / "config.toml") == config
 
 
+@pytest.mark.slow
+def test_generation_batch_size_decodes_each_micro_batch_just_before_its_step(tiny_dir, tmp_path):
+    # One optimizer step of 4 x 4 = 16 completions, decoded 8 at a time: two generate calls, not one of 16.
+    config = tiny_config(max_steps=1, per_device_train_batch_size=4, gradient_accumulation_steps=4,
+                         num_generations=4, generation_batch_size=8)
+    policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
+    trainer = train.build_trainer(config, policy, processor,
+                                  data.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
+    calls, generate = [], trainer._generate_single_turn
+
+    def counted(prompt_ids, *args, **kwargs):
+        calls.append(len(prompt_ids))
+        return generate(prompt_ids, *args, **kwargs)
+
+    trainer._generate_single_turn = counted
+    trainer.train()
+    assert (trainer.args.generation_batch_size, trainer.args.steps_per_generation) == (8, 2)
+    assert calls == [8, 8] and trainer.state.global_step == 1
+
+
 def _adapter(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 
