@@ -23,16 +23,18 @@ def banner(text: str, log=print) -> None:
 
 def resolve_model_path(model_config: cfg.ModelConfig, data_config: cfg.DataConfig, log=print) -> str:
     """The checkpoint to load: `tiny` / `tiny-small` build (and warm-start) a local Qwen3-VL; others are as given."""
-    sizes = cfg.LOCAL_MODELS
-    if model_config.name_or_path not in sizes:
+    if model_config.name_or_path not in cfg.LOCAL_MODELS:
         return model_config.name_or_path
     from vlrl.tiny import ensure_tiny
 
-    return str(ensure_tiny(warm_start_steps=model_config.warm_start_steps, size=sizes[model_config.name_or_path],
-                           log=log, **_warm_start_items(model_config, data_config)))
+    return str(ensure_tiny(warm_start_steps=model_config.warm_start_steps, log=log,
+                           size=cfg.LOCAL_MODELS[model_config.name_or_path],
+                           **_warm_start_settings(model_config, data_config)))
 
 
-def _warm_start_items(model_config: cfg.ModelConfig, data_config: cfg.DataConfig) -> dict:
+def _warm_start_settings(model_config: cfg.ModelConfig, data_config: cfg.DataConfig) -> dict:
+    """What the warm start draws its items from: the one source for building it and for keeping its pictures out
+    of the held-out set."""
     size = cfg.LOCAL_MODELS[model_config.name_or_path]
     return {"seed": data_config.seed, "image_size": data_config.image_size, "difficulty": data_config.difficulty,
             "tasks": tuple(data_config.tasks or synthetic.TASKS),
@@ -48,9 +50,8 @@ def split(config: cfg.RunConfig, rows, report: data.DataReport | None = None):
     if m.name_or_path in cfg.LOCAL_MODELS and m.warm_start_steps:
         from vlrl.tiny import warm_start_data
 
-        w = _warm_start_items(m, config.data)
-        seen = {data.image_hash(item["image"]) for item in warm_start_data(
-            w["seed"], w["warm_start_items"], w["image_size"], w["difficulty"], w["tasks"])}
+        warm_items = warm_start_data(**_warm_start_settings(m, config.data))
+        seen = {data.image_hash(item["image"]) for item in warm_items}
     return data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report, exclude_images=seen)
 
 

@@ -180,12 +180,12 @@ def warm_start_key(settings: dict) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def warm_start_data(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
+def warm_start_data(seed: int, warm_start_items: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
     """The generated items a warm start trains on: other seeds than the run's items, but not always other pictures
     (easy charts repeat), so `vlrl.run.split` keeps these pictures out of the held-out set."""
     from vlrl import synthetic
 
-    return synthetic.generate(n, seed=seed + 10_000, image_size=image_size, difficulty=difficulty,
+    return synthetic.generate(warm_start_items, seed=seed + 10_000, image_size=image_size, difficulty=difficulty,
                               tasks=tasks or synthetic.TASKS)
 
 
