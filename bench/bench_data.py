@@ -37,7 +37,7 @@ import datasets
 import numpy as np
 from PIL import Image
 
-from vlrl import data, synthetic
+from vlrl import data, prompts, synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NOTES = """
@@ -149,13 +149,13 @@ def main() -> None:
 
         processor = AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
         subset = ds.select(range(min(args.length_items, len(ds))))
-        prompts, seconds_prompts = timed(lambda: data.to_dataset(subset))
-        exact, seconds_exact = timed(lambda: [data.prompt_tokens(processor, row) for row in prompts])
+        prompts, seconds_prompts = timed(lambda: prompts.to_dataset(subset))
+        exact, seconds_exact = timed(lambda: [prompts.prompt_tokens(processor, row) for row in prompts])
         results["prompt_tokens_each_with_processor"] = {"rows": len(prompts), "seconds": round(seconds_exact, 3),
                                                         "prompts_per_second": round(len(prompts) / seconds_exact, 1)}
-        meter = data.LengthMeter(processor)
+        meter = prompts.LengthMeter(processor)
         assert [meter(row) for row in prompts] == exact  # the fast path counts exactly what the processor counts
-        (_kept, dropped), seconds = timed(lambda: data.filter_by_length(prompts, processor, 1024))
+        (_kept, dropped), seconds = timed(lambda: prompts.filter_by_length(prompts, processor, 1024))
         results["to_dataset"] = {"rows": len(subset), "seconds": round(seconds_prompts, 3),
                                  "rows_per_second": round(len(subset) / seconds_prompts, 1)}
         results["filter_by_length"] = {"rows": len(prompts), "seconds": round(seconds, 3),

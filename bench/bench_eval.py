@@ -37,7 +37,7 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, data, evaluate, model, run
+    from vlrl import config, evaluate, model, prompts, run
 
     conf = config.preset("tiny")
     path = run.resolve_model_path(conf.model, conf.data, log=lambda *_: None)
@@ -45,7 +45,7 @@ def main() -> None:
         path, max_seq_length=conf.model.max_seq_length, backend="transformers",
         lora=model.LoraSettings(r=conf.model.lora_r, alpha=conf.model.lora_alpha))
     _, held_out = data.split_holdout(run.load_rows(conf.data), conf.data.hold_out, seed=conf.data.seed)
-    rows = data.to_dataset(held_out[: args.items] if args.items else held_out)
+    rows = prompts.to_dataset(held_out[: args.items] if args.items else held_out)
     max_new_tokens = conf.eval.max_new_tokens
 
     runs, completions = [], {}

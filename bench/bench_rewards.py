@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vlrl import answers as answers_module  # after the path insert: bench this checkout
+from vlrl import symbolic as symbolic_module  # after the path insert: bench this checkout
 from vlrl import rewards
 
 WORDS = ("the bar for", "is taller than", "so the value is", "reading the axis", "gives", "which means",
@@ -164,8 +164,8 @@ def main() -> None:
     geo_gold = [rng.choice(list(GEOMETRY)) for _ in range(n_geo)]
     geo = [f"<REASONING>{reasoning(rng)}</REASONING><SOLUTION>{rng.choice(GEOMETRY[g])}</SOLUTION>"
            for g in geo_gold]
-    answers_module._parse_math.cache_clear()
-    answers_module._symbolic_equal.cache_clear()
+    symbolic_module._parse_math.cache_clear()
+    symbolic_module.equivalent.cache_clear()
     record("symbolic_correctness_reward, cold cache",
            timed(lambda: rewards.symbolic_correctness_reward(geo, geo_gold), 1), n_geo)
     record("symbolic_correctness_reward, warm cache",

@@ -138,7 +138,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     from transformers import TrainerCallback
 
     from vlrl import config as cfg
-    from vlrl import data, synthetic, train
+    from vlrl import prompts, synthetic, train
 
     model, processor = load(args.size, args.backend, path)
     config = cfg.preset("tiny")
@@ -151,7 +151,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     config.model.backend = "unsloth" if args.backend == "unsloth4" else "transformers"
     config.data.max_prompt_tokens = 512  # 512x512 image = 256 image tokens + the question: the static cache's budget
     items = synthetic.generate(8 * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
-    dataset = data.to_dataset(items)
+    dataset = prompts.to_dataset(items)
     timer, steps = Timer(), []
 
     class StepClock(TrainerCallback):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlrl import answers, data, synthetic
+from vlrl import answers, data, prompts, synthetic
 from vlrl.data import SAMPLE_DIR, DataError, DataReport
 
 SAMPLE = json.loads((SAMPLE_DIR / "testmini.json").read_text())
@@ -95,7 +95,7 @@ def test_sample_loads_in_canonical_schema(sample):
     for row in ds:
         assert row["image"].mode == "RGB" and row["image"].size == (64, 64)
         assert answers.parse_number(row["answer"], row["unit"]) is not None  # numeric_only
-        assert answers.is_correct(row["answer"], row["answer"], **{k: row[k] for k in data.SCORING_COLUMNS
+        assert answers.is_correct(row["answer"], row["answer"], **{k: row[k] for k in prompts.SCORING_COLUMNS
                                                                     if k != "answer"})
         assert row["metadata"]["category"] == "math-targeted-vqa"
 
@@ -107,7 +107,7 @@ def test_sample_numeric_filter_keeps_numeric_choices_and_counts_the_rest(sample)
     assert sorted(set(SAMPLE) - set(ds["id"]), key=int) == sorted(expected_skips, key=int)
     multi = [r for r in ds if r["question_type"] == "multi_choice"]
     assert multi and all(r["choices"] and r["answer"] in r["choices"] for r in multi)
-    prompt = data.question_text(multi[0])
+    prompt = prompts.question_text(multi[0])
     assert "Choices: (A)" in prompt and multi[0]["choices"][0] in prompt
     floats = [r for r in ds if r["answer_type"] == "float"]
     assert floats and all(r["precision"] in (1.0, 2.0) for r in floats)
@@ -192,7 +192,7 @@ def test_geo3k_layout(geo3k_layout):
     assert report.images_dropped == 1 and report.items_with_dropped_images == 1
     two = ds[1]
     assert two["question"] == "<image>Compare with . Find y." and two["image"].getpixel((0, 0)) == (255, 0, 0)
-    prompt = data.to_prompt(two)["prompt"][0]["content"]
+    prompt = prompts.to_prompt(two)["prompt"][0]["content"]
     assert [p["type"] for p in prompt] == ["image", "text"]
     assert ds[2]["id"] == f"{geo3k_layout.name}-train-4"  # no id column: <source name>-<split>-<row index>
 
@@ -201,10 +201,10 @@ def test_geo3k_two_images_interleaved(geo3k_layout):
     ds = data.load_geo3k(str(geo3k_layout), split="test", image_size=32, max_images=2)
     two = ds[1]
     assert [image.getpixel((0, 0)) for image in two["images"]] == [(255, 0, 0), (0, 0, 0)]
-    row = data.to_prompt(two)
+    row = prompts.to_prompt(two)
     assert [p["type"] for p in row["prompt"][0]["content"]] == ["image", "text", "image", "text"]
     assert len(row["images"]) == 2 and "image" not in row
-    prompts = data.to_dataset(ds)  # a Dataset in, images passed through undecoded
+    prompts = prompts.to_dataset(ds)  # a Dataset in, images passed through undecoded
     assert "images" in prompts.column_names and "image" not in prompts.column_names
     assert [len(r["images"]) for r in prompts] == [1, 2, 1]
     assert prompts[1]["images"][1].getpixel((0, 0)) == (0, 0, 0)
@@ -284,9 +284,9 @@ def test_system_prompt_and_dataset_source():
                                           "id": i["id"]} for i in items])
     ds = data.load_generic(source, system_prompt="You are a careful reader of charts.", image_size=32)
     assert ds["id"] == [i["id"] for i in items]
-    row = data.to_prompt(ds[0])
+    row = prompts.to_prompt(ds[0])
     assert [turn["role"] for turn in row["prompt"]] == ["system", "user"]
-    assert "careful reader" in data.render_prompt(row)
+    assert "careful reader" in prompts.render_prompt(row)
 
 
 # Prompts --------------------------------------------------------------------------------------------------------
@@ -294,24 +294,24 @@ def test_system_prompt_and_dataset_source():
 
 def test_to_prompt_shape_for_trl():
     item = synthetic.generate(1, image_size=32)[0]
-    row = data.to_prompt(item)
-    assert set(row) == {"id", "prompt", "image", "metadata", *data.SCORING_COLUMNS}
+    row = prompts.to_prompt(item)
+    assert set(row) == {"id", "prompt", "image", "metadata", *prompts.SCORING_COLUMNS}
     assert row["metadata"]["task"] == item["metadata"]["task"]  # eval records keep it: accuracy by task
     assert row["prompt"] == [{"role": "user", "content": [
-        {"type": "image"}, {"type": "text", "text": data.question_text(item)}]}]
-    text = data.render_prompt(row)
+        {"type": "image"}, {"type": "text", "text": prompts.question_text(item)}]}]
+    text = prompts.render_prompt(row)
     assert text.count("<|image_pad|>") == 1 and text.endswith("<|im_start|>assistant\n")
 
 
 def test_prompt_content_rejects_mismatched_placeholders():
     with pytest.raises(ValueError, match="2 <image> placeholders for 1 images"):
-        data.prompt_content("<image> vs <image>", 1)
+        prompts.prompt_content("<image> vs <image>", 1)
 
 
 def test_to_dataset_from_canonical_dataset_keeps_images(sample):
     ds, _ = sample
-    prompts = data.to_dataset(ds)
-    assert set(prompts.column_names) == {"id", "prompt", "image", "metadata", *data.SCORING_COLUMNS}
+    prompts = prompts.to_dataset(ds)
+    assert set(prompts.column_names) == {"id", "prompt", "image", "metadata", *prompts.SCORING_COLUMNS}
     assert prompts[0]["image"].size == (64, 64) and prompts["id"] == ds["id"]
     assert prompts[0]["metadata"] == ds[0]["metadata"] and "skills" in prompts[0]["metadata"]
     assert data.image_hash(prompts[3]["image"]) == data.image_hash(ds[3]["image"])
@@ -339,7 +339,7 @@ def test_split_holdout_dataset(sample):
     train, held = data.split_holdout(ds, n=8, seed=0)
     assert isinstance(train, datasets.Dataset) and len(held) == 8
     assert not set(train["id"]) & set(held["id"])
-    data.check_disjoint(data.to_dataset(train), data.to_dataset(held))
+    data.check_disjoint(prompts.to_dataset(train), prompts.to_dataset(held))
 
 
 def test_guard_refuses_training_on_eval_items():

@@ -10,7 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from PIL import Image
 
-from vlrl import data, synthetic
+from vlrl import data, prompts, synthetic
 from vlrl.cli import main
 
 
@@ -25,34 +25,34 @@ def processor():
 
 
 def image_tokens(processor, row) -> int:
-    text = data.render_prompt(row, processor)
-    ids = processor(text=[text], images=data.row_images(row), return_tensors="pt")["input_ids"][0].tolist()
+    text = prompts.render_prompt(row, processor)
+    ids = processor(text=[text], images=prompts.row_images(row), return_tensors="pt")["input_ids"][0].tolist()
     return ids.count(processor.tokenizer.convert_tokens_to_ids("<|image_pad|>"))
 
 
 def test_prompt_tokens_count_image_tokens(processor):
     item = synthetic.generate(1, image_size=64)[0]
-    small = data.to_prompt(item)
-    large = data.to_prompt({**item, "image": item["image"].resize((128, 128))})
+    small = prompts.to_prompt(item)
+    large = prompts.to_prompt({**item, "image": item["image"].resize((128, 128))})
     # patch 16, merge 2: 64 px -> 4x4 patches, merged 2x2 -> 4 image tokens; 128 px -> 16
     assert image_tokens(processor, small) == 4 and image_tokens(processor, large) == 16
-    assert data.prompt_tokens(processor, large) - data.prompt_tokens(processor, small) == 12
+    assert prompts.prompt_tokens(processor, large) - prompts.prompt_tokens(processor, small) == 12
 
 
 def test_filter_drops_whole_prompts_and_counts_them(processor):
     items = synthetic.generate(6, image_size=64)
     items[2] = {**items[2], "image": Image.new("RGB", (512, 512), "white")}  # 256 image tokens
-    prompts = data.to_dataset(items)
-    lengths = [data.prompt_tokens(processor, row) for row in prompts]
+    prompts = prompts.to_dataset(items)
+    lengths = [prompts.prompt_tokens(processor, row) for row in prompts]
     limit = sorted(lengths)[-2]  # everything but the 512 px item fits
     report = data.DataReport(source="synthetic")
-    kept, dropped = data.filter_by_length(prompts, processor, limit, report=report, part="train")
+    kept, dropped = prompts.filter_by_length(prompts, processor, limit, report=report, part="train")
     assert dropped == 1 and len(kept) == 5 and items[2]["id"] not in kept["id"]
     assert report.too_long == {"train": 1} and report.skipped == {"too_long": 1}
     assert report.examples["too_long"][0].startswith(f"{items[2]['id']}: {max(lengths)} prompt tokens")
     for row in kept:  # nothing was cut: every image still expands to all of its tokens
-        assert image_tokens(processor, row) == 4 and data.prompt_tokens(processor, row) <= limit
-    same, none = data.filter_by_length(prompts, processor, max(lengths))
+        assert image_tokens(processor, row) == 4 and prompts.prompt_tokens(processor, row) <= limit
+    same, none = prompts.filter_by_length(prompts, processor, max(lengths))
     assert none == 0 and len(same) == len(prompts)
 
 
@@ -60,11 +60,11 @@ def test_length_meter_matches_the_processor(processor):
     """The fast path (tokenizer + image tokens learned per size) gives exactly the processor's count."""
     items = synthetic.generate(12, image_size=64, tasks="all")
     sizes = [(64, 64), (128, 96), (64, 64), (200, 64), (128, 96), (64, 64)] * 2
-    rows = [data.to_prompt({**item, "image": item["image"].resize(size)}) for item, size in zip(items, sizes)]
-    rows.append(data.to_prompt({**items[0], "question": "<image> then <image>?",
+    rows = [prompts.to_prompt({**item, "image": item["image"].resize(size)}) for item, size in zip(items, sizes)]
+    rows.append(prompts.to_prompt({**items[0], "question": "<image> then <image>?",
                                 "images": [items[0]["image"], items[1]["image"].resize((128, 96))]}))
-    meter = data.LengthMeter(processor)
-    assert [meter(row) for row in rows] == [data.prompt_tokens(processor, row) for row in rows]
+    meter = prompts.LengthMeter(processor)
+    assert [meter(row) for row in rows] == [prompts.prompt_tokens(processor, row) for row in rows]
     assert meter.checked == {(64, 64), (128, 96), (200, 64)} and not meter.exact_only
 
 
@@ -74,13 +74,13 @@ def test_multi_image_prompts_feed_trl_and_the_processor(processor):
     images = [Image.new("RGB", (64, 64), c) for c in ("red", "blue")]
     rows = [{"q": "<image> Left. <image> Right. Which has more red?", "a": "1", "images": images, "id": "two"}]
     ds = data.load_generic(rows, prompt_key="q", answer_key="a", image_keys="images", max_images=2, image_size=64)
-    prompts = data.to_dataset(ds)
+    prompts = prompts.to_dataset(ds)
     row = prompts[0]
     messages = prepare_multimodal_messages(row["prompt"], images=row["images"])
     filled = [part["image"] for part in messages[0]["content"] if part["type"] == "image"]
     assert [image.getpixel((0, 0)) for image in filled] == [(255, 0, 0), (0, 0, 255)]
     assert image_tokens(processor, row) == 8  # 4 per image, both expanded
-    assert data.render_prompt(row, processor).count("<|vision_start|>") == 2
+    assert prompts.render_prompt(row, processor).count("<|vision_start|>") == 2
 
 
 def test_cli_data_inspect(capsys, tmp_path, processor):

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vlrl import data, evaluate, rewards, synthetic
+from vlrl import evaluate, prompts, rewards, synthetic
 from vlrl.evaluate import compare, mcnemar_exact, read_records, wilson
 
 
@@ -174,7 +174,7 @@ def test_score_agrees_with_the_rewards(items):
                    "<REASONING>r</REASONING><SOLUTION>{wrong}</SOLUTION>", "{gold}", "addCriterion\n" * 20,
                    "<REASONING>a</REASONING><SOLUTION>{gold}</SOLUTION><SOLUTION>{gold}</SOLUTION>"]
     for item in items[:6]:
-        row = data.to_prompt(item)
+        row = prompts.to_prompt(item)
         for template in completions:
             completion = template.format(gold=item["answer"], wrong=int(item["answer"]) + 1)
             record = evaluate.score(completion, row)
@@ -222,11 +222,11 @@ def tiny_model(tiny_dir):
 
 
 def eval_rows(n, seed=5):
-    """TRL rows of generated items, with their metadata (vlrl.data.to_prompt does not carry it yet)."""
+    """TRL rows of generated items, with their metadata (vlrl.prompts.to_prompt does not carry it yet)."""
     import datasets
 
     items = synthetic.generate(n, seed=seed, image_size=64)
-    return datasets.Dataset.from_list([{**data.to_prompt(i), "metadata": i["metadata"]} for i in items])
+    return datasets.Dataset.from_list([{**prompts.to_prompt(i), "metadata": i["metadata"]} for i in items])
 
 
 @pytest.mark.slow

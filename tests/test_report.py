@@ -8,7 +8,7 @@ import re
 import pytest
 from chromium import needs_chromium, open_page  # tests/chromium.py
 
-from vlrl import config, data, evaluate, report, synthetic
+from vlrl import config, evaluate, prompts, report, synthetic
 
 # Completions a model could write, scored by the real eval code: before, after.
 RIGHT = "<REASONING>I read {gold}.</REASONING><SOLUTION>{gold}</SOLUTION>"
@@ -30,7 +30,7 @@ def run_dir(tmp_path_factory):
     for name, side in (("eval_before.jsonl", 0), ("eval_after.jsonl", 1)):
         with (run_dir / name).open("w") as f:
             for item, plan in zip(items, PLAN):
-                row = data.to_prompt(item)
+                row = prompts.to_prompt(item)
                 completion = plan[side].format(gold=item["answer"], wrong=int(item["answer"]) + 1)
                 record = {"id": item["id"], "question": evaluate.question(row), "gold": item["answer"],
                           "completion": completion, **evaluate.score(completion, row), "completion_tokens": 20,
@@ -143,17 +143,17 @@ def _style_rules(page: str) -> list[str]:
 
 def test_items_view_shows_images_prompts_and_measured_length(tiny_processor):
     items = synthetic.generate(3, seed=3, image_size=64)
-    rows = data.to_dataset(items)
+    rows = prompts.to_dataset(items)
     page = report.items_html(rows, n=2, processor=tiny_processor)
     assert isinstance(page, report.Html) and page._repr_html_() == page
     assert page.count('<img alt="image of') == 2 and "2 of 3 items" in page
     for row in (rows[0], rows[1]):
         assert html.escape(evaluate.question(row)) in page  # the prompt's text, instruction included
-        assert f"({data.prompt_tokens(tiny_processor, row)} tokens, image tokens included)" in page
+        assert f"({prompts.prompt_tokens(tiny_processor, row)} tokens, image tokens included)" in page
         assert f"<td>answer</td><td><code>{row['answer']}</code></td>" in page
     assert html.escape("<|vision_start|><|image_pad|><|vision_end|>") in page
-    canonical = report.items_html(items, n=1)  # canonical rows: the question as data.question_text builds it
-    assert html.escape(data.question_text(items[0])) in canonical and "<td>task</td>" in canonical
+    canonical = report.items_html(items, n=1)  # canonical rows: the question as prompts.question_text builds it
+    assert html.escape(prompts.question_text(items[0])) in canonical and "<td>task</td>" in canonical
     assert all(s.startswith(".vlrl") for s in _style_rules(page))  # the page's style, scoped to the view
 
 
@@ -164,7 +164,7 @@ def test_items_view_shows_images_prompts_and_measured_length(tiny_processor):
     ("addCriterion\n" * 20, ("+0", "+0", "-2", "none")),
 ])
 def test_completion_view_breaks_the_reward_down_as_scoring_does(completion, parts):
-    row = data.to_prompt({"id": "x", "question": "What is 4 + 3?", "image": None, "answer": "7"})
+    row = prompts.to_prompt({"id": "x", "question": "What is 4 + 3?", "image": None, "answer": "7"})
     page = report.completion_html(completion, row)
     scored = evaluate.score(completion, row)
     reasoning, solution, spam, match = parts

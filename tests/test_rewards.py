@@ -53,11 +53,11 @@ def test_trl_names_and_pickles_the_rewards():
 
 
 def test_rewards_on_a_real_dataset_as_trl_passes_it():
-    # The columns exactly as GRPOTrainer._calculate_rewards builds them from data.to_dataset rows.
-    from vlrl import data, synthetic
+    # The columns exactly as GRPOTrainer._calculate_rewards builds them from prompts.to_dataset rows.
+    from vlrl import prompts, synthetic
 
     rows = synthetic.generate(12, seed=3, image_size=32)
-    dataset = data.to_dataset(rows)
+    dataset = prompts.to_dataset(rows)
     inputs = [dataset[i] for i in range(len(dataset))]
     keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]
     kwargs = {k: [example[k] for example in inputs] for k in keys}

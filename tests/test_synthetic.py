@@ -2,7 +2,7 @@
 
 import pytest
 
-from vlrl import answers, data, synthetic
+from vlrl import answers, prompts, synthetic
 
 
 def test_default_tasks_unchanged_for_the_warm_start():
@@ -53,7 +53,7 @@ def test_seeded_and_distinct():
 
 def test_items_make_trl_rows_and_datasets():
     items = synthetic.generate(len(synthetic.ALL_TASKS), image_size=32, tasks="all")
-    prompts = data.to_dataset(items)
+    prompts = prompts.to_dataset(items)
     assert len(prompts) == len(items) and prompts[0]["image"].size == (32, 32)
     compare = next(r for r in prompts if r["question_type"] == "multi_choice")
     assert "Choices: (A)" in compare["prompt"][0]["content"][1]["text"]

@@ -42,7 +42,7 @@ def test_saved_like_a_hub_checkpoint(tiny_base_dir):
 def test_image_prompt_generates(tiny_base_dir, tiny_processor, items):
     from transformers import AutoModelForImageTextToText
 
-    from vlrl.data import to_prompt
+    from vlrl.prompts import to_prompt
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_base_dir)
     row = to_prompt(items[0])
@@ -72,7 +72,7 @@ def test_warm_start_teaches_the_format(tiny_dir, tiny_processor):
     from transformers import AutoModelForImageTextToText
 
     from vlrl import evaluate, synthetic
-    from vlrl.data import to_dataset
+    from vlrl.prompts import to_dataset
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_dir)
     held_out = to_dataset(synthetic.generate(16, seed=777, image_size=64))

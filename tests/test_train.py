@@ -14,7 +14,7 @@ import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from vlrl import config as cfg
-from vlrl import data, model, rewards, synthetic, train
+from vlrl import model, prompts, rewards, synthetic, train
 from vlrl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def test_gspo_steps_move_lora_and_log_every_step(tiny_dir, tmp_path):
     assert before and all(torch.count_nonzero(p) == 0 for p in before.values())  # PEFT starts lora_B at zero
     frozen = {n: p.detach().clone() for n, p in policy.named_parameters() if ".visual." in n}
 
-    trainer = train.train(config, policy, processor, data.to_dataset(synthetic.generate(16, seed=5, image_size=64)),
+    trainer = train.train(config, policy, processor, prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64)),
                           tmp_path)
 
     after = dict(policy.named_parameters())
@@ -68,7 +68,7 @@ def test_generation_batch_size_decodes_each_micro_batch_just_before_its_step(tin
                          num_generations=4, generation_batch_size=8)
     policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
     trainer = train.build_trainer(config, policy, processor,
-                                  data.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
+                                  prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
     calls, generate = [], trainer._generate_single_turn
 
     def counted(prompt_ids, *args, **kwargs):

@@ -16,14 +16,42 @@ text "" or a missing answer (None), and every scan is linear in the input (no re
 from __future__ import annotations
 
 import functools
-import logging
 import math
 import numbers
 import re
-import threading
+from dataclasses import dataclass
 
-REASONING_START, REASONING_END = "<REASONING>", "</REASONING>"
-SOLUTION_START, SOLUTION_END = "<SOLUTION>", "</SOLUTION>"
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """The answer format in one place (verifiers' XMLParser is the model): its tags, the instruction that asks for
+    them, and the completion that follows it. The prompts, the warm start's targets, the export probe, the parser
+    and the format reward all read from `FORMAT`, so they cannot drift apart.
+
+    >>> FORMAT.completion("2+1=3", 3)
+    '<REASONING>2+1=3</REASONING><SOLUTION>3</SOLUTION>'
+    >>> extract_solution(FORMAT.completion("2+1=3", 3))
+    '3'
+    """
+
+    reasoning: tuple[str, str] = ("<REASONING>", "</REASONING>")
+    solution: tuple[str, str] = ("<SOLUTION>", "</SOLUTION>")
+
+    @property
+    def instruction(self) -> str:
+        """What every prompt ends with: reason in the reasoning tags, answer in the solution tags."""
+        (r0, r1), (s0, s1) = self.reasoning, self.solution
+        return f"Reason about the image inside {r0}...{r1}, then give only the final answer inside {s0}...{s1}."
+
+    def completion(self, reasoning: str, answer) -> str:
+        """A well-formed completion: what a warm start teaches, and what the format reward scores highest."""
+        return f"{self.reasoning[0]}{reasoning}{self.reasoning[1]}{self.solution[0]}{answer}{self.solution[1]}"
+
+
+FORMAT = AnswerFormat()
+(REASONING_START, REASONING_END), (SOLUTION_START, SOLUTION_END) = FORMAT.reasoning, FORMAT.solution
+INSTRUCTION = FORMAT.instruction
 THINK_START, THINK_END = "<think>", "</think>"
 
 # Stripped around answers. ASCII only, spelled out, so that the JavaScript port strips exactly the same
@@ -44,7 +72,6 @@ MAX_NUMBER_CHARS = 100  # no real number answer is longer; keeps parsing cheap o
 # one percent or degree sign. A unit only counts when it is the item's `unit`.
 _NUMBER_SUFFIXES = ("\\%", "%", "^{\\circ}", "^\\circ", "°")
 MAX_PRECISION = 15  # doubles hold ~15-17 significant digits; more decimals than that mean nothing
-MAX_SYMBOLIC_CHARS = 200  # sympy parses it; geometry answers are short, and long hedges should not fit
 _MAX_NESTING = 32  # completions nest at most ~3 deep (list of messages, content parts); deeper is garbage
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -410,8 +437,11 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
         if p == g or (digits is not None and round(p, digits) == round(g, digits)):
             return "numeric"
         return "none"  # two numbers that differ: no symbolic second opinion on plain numbers
-    if symbolic and _symbolic_equal(pred, gold):
-        return "symbolic"
+    if symbolic:
+        from vlrl.symbolic import equivalent
+
+        if equivalent(pred, gold):
+            return "symbolic"
     return "none"
 
 
@@ -434,44 +464,4 @@ def check_gold(answer, **meta) -> str | None:
         return (f"gold {gold!r} does not score full marks against itself (match {kind!r}): a bare option "
                 "letter means that option; give multi-choice golds as the option's text, in choices that are "
                 "not re-ordered letters")
-    return None
-
-
-@functools.lru_cache(maxsize=16384)  # verify costs ~0.1 s (sympy), and the same wrong answers come back
-def _symbolic_equal(pred: str, gold: str) -> bool:
-    if len(pred) > MAX_SYMBOLIC_CHARS or len(gold) > MAX_SYMBOLIC_CHARS:
-        return False
-    gold_parsed, pred_parsed = _parse_math(gold), _parse_math(pred)
-    if not gold_parsed or not pred_parsed:
-        return False
-    from math_verify import verify
-
-    try:
-        return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=_timeout(5)))
-    except Exception:  # noqa: BLE001 -- math-verify is sympy underneath: any failure means "not shown equal"
-        return False
-
-
-@functools.lru_cache(maxsize=4096)  # golds repeat across a group's generations, and predictions often do too
-def _parse_math(text: str) -> tuple:
-    try:
-        from math_verify import parse
-    except ImportError as error:
-        raise ImportError("symbolic answer matching needs math-verify: pip install math-verify") from error
-
-    # The SOLUTION value is bare LaTeX ("2\sqrt{3}"); math-verify reads LaTeX only between delimiters.
-    wrapped = text if "$" in text else f"${text}$"
-    try:
-        return tuple(parse(wrapped, parsing_timeout=_timeout(5)))
-    except Exception:  # noqa: BLE001 -- unparseable (sympy can fail in many ways): nothing to compare
-        return ()
-
-
-def _timeout(seconds: int) -> int | None:
-    # math-verify times out with signal.alarm, which only works in the main thread (a trainer may score in
-    # another).
-    if threading.current_thread() is threading.main_thread():
-        return seconds
-    for name in ("math_verify.parser", "math_verify.grader"):
-        logging.getLogger(name).setLevel(logging.ERROR)  # else it warns "timeout disabled" at every call
     return None

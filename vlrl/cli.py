@@ -110,7 +110,7 @@ def cmd_eval(args) -> int:
     """Evaluates a model (the run's base model, or --model) with an optional adapter on the run's held-out set."""
     from pathlib import Path
 
-    from vlrl import config, data, evaluate, model, run
+    from vlrl import config, evaluate, model, prompts, run
 
     run_dir = Path(args.run_dir)
     conf = config.load(run_dir / "config.toml")
@@ -123,7 +123,7 @@ def cmd_eval(args) -> int:
         policy = PeftModel.from_pretrained(policy, args.adapter)
     # The held-out split is a pure function of the config (source, hold_out, seed): the same items as the run's.
     _, held_out = run.split(conf, run.load_rows(conf.data))
-    eval_ds, _ = data.filter_by_length(data.to_dataset(held_out), processor, conf.data.max_prompt_tokens)
+    eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(held_out), processor, conf.data.max_prompt_tokens)
     name = ("eval_adapter" if args.adapter else "eval_base") + ("_sampled" if args.sample else "")
     output = args.output or run_dir / f"{name}.jsonl"
     if args.sample:
@@ -148,7 +148,7 @@ def cmd_report(args) -> int:
 
 def cmd_data_inspect(args) -> int:
     """Loads a source as a run would, prints its DataReport and a few prompts exactly as the model sees them."""
-    from vlrl import data, synthetic
+    from vlrl import data, prompts, synthetic
 
     try:
         if args.source == "synthetic":
@@ -173,19 +173,19 @@ def cmd_data_inspect(args) -> int:
             from transformers import AutoProcessor
 
             processor = AutoProcessor.from_pretrained(args.processor)
-        prompts = data.to_dataset(rows)
+        prompts = prompts.to_dataset(rows)
         if processor is not None and args.max_prompt_tokens:
-            prompts, _ = data.filter_by_length(prompts, processor, args.max_prompt_tokens, report=report, part="all")
+            prompts, _ = prompts.filter_by_length(prompts, processor, args.max_prompt_tokens, report=report, part="all")
     except data.DataError as err:
         print(f"vlrl data inspect: {err}", file=sys.stderr)
         return 1
     print(report)
     for row in prompts.select(range(min(args.n, len(prompts)))):
-        images = data.row_images(row)
+        images = prompts.row_images(row)
         sizes = ", ".join(f"{image.size[0]}x{image.size[1]} {image.mode}" for image in images)
         print(f"\n--- {row['id']}: answer {row['answer']!r} ({row['question_type']}, {row['answer_type']}), "
-              f"image {sizes}" + (f", {data.prompt_tokens(processor, row)} prompt tokens" if processor else ""))
-        print(data.render_prompt(row, processor))
+              f"image {sizes}" + (f", {prompts.prompt_tokens(processor, row)} prompt tokens" if processor else ""))
+        print(prompts.render_prompt(row, processor))
     if args.output:
         report.save(args.output)
         print(f"\nreport saved to {args.output}")

@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-
-class ConfigError(ValueError):
-    """A run configuration that cannot work; the message says which key, which value, and the fix."""
+from vlrl.errors import ConfigError
 
 
 @dataclass
@@ -132,7 +130,7 @@ def from_dict(data: dict) -> RunConfig:
     >>> from_dict({"training": {"num_generations": 3}})
     Traceback (most recent call last):
     ...
-    vlrl.config.ConfigError: the generation batch (per_device_train_batch_size 8 x gradient_accumulation_steps 4 = 32) must be a multiple of [training] num_generations = 3, so every prompt's group is complete; set num_generations to a divisor of 32 (e.g. 4) or change the batch.
+    vlrl.errors.ConfigError: the generation batch (per_device_train_batch_size 8 x gradient_accumulation_steps 4 = 32) must be a multiple of [training] num_generations = 3, so every prompt's group is complete; set num_generations to a divisor of 32 (e.g. 4) or change the batch.
     """
     config = RunConfig()
     for key, value in data.items():

@@ -27,17 +27,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from vlrl import answers, rewards
-from vlrl.images import MAX_IMAGE_BYTES, BadItem, fit_image, image_hash, load_image
+from vlrl import answers
+from vlrl.errors import DataError
+from vlrl.images import MAX_IMAGE_BYTES, BadItem, fit_image, image_hash, load_image, undecoded
+from vlrl.prompts import IMAGE_PLACEHOLDER, row_images
 
 logger = logging.getLogger(__name__)
 
-INSTRUCTION = (
-    "Reason about the image inside <REASONING>...</REASONING>, then give only the final answer inside "
-    "<SOLUTION>...</SOLUTION>."
-)
-SCORING_COLUMNS = ("answer", *rewards.META_COLUMNS)  # what GRPOTrainer passes on to the rewards
-IMAGE_PLACEHOLDER = "<image>"
 # The bundled sample in MathVista's JSON layout (a checkout's data/; `python data/make_mathvista_sample.py` redraws it)
 SAMPLE_DIR = Path(__file__).resolve().parent.parent / "data" / "mathvista_sample"
 PREPROCESS_VERSION = 1  # part of the datasets cache fingerprint: bump when preprocessing changes its output
@@ -61,10 +57,6 @@ SKIP_REASONS = {
     "unsupported_image": "an image value of a type vlrl does not read (a URL, a number, ...)",
     "too_long": "the prompt, image tokens included, is longer than max_prompt_tokens",
 }
-
-
-class DataError(ValueError):
-    """A data source that cannot be used at all; the message names the source, what was found, and the fix."""
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -290,7 +282,7 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
         rows = [_canonical(example, index, **options) for index, example in enumerate(raw)]
         processed = datasets.Dataset.from_list(rows, features=features)
     else:
-        raw = _undecoded(raw)
+        raw = undecoded(raw)
         processed = raw.map(_canonical, with_indices=True, fn_kwargs=options, features=features,
                             remove_columns=raw.column_names, num_proc=num_proc,
                             desc=f"preprocessing {name}")
@@ -402,19 +394,6 @@ def _json_records(path: str, stamp: str):
             yield {"record": record}
     else:
         raise DataError(f"{path} holds a JSON {type(data).__name__}; expected an object keyed by pid or a list.")
-
-
-def _undecoded(dataset):
-    """Casts image columns to undecoded `{"bytes", "path"}` values, so a corrupt image is a counted skip in our
-    decoder rather than an exception inside datasets' own."""
-    import datasets
-
-    for name, feature in dataset.features.items():
-        if isinstance(feature, datasets.Image):
-            dataset = dataset.cast_column(name, datasets.Image(decode=False))
-        elif isinstance(feature, (datasets.List, datasets.Sequence)) and isinstance(feature.feature, datasets.Image):
-            dataset = dataset.cast_column(name, datasets.List(datasets.Image(decode=False)))
-    return dataset
 
 
 def _canonical_features(max_images: int, with_system: bool):
@@ -610,215 +589,6 @@ def _finish(processed, report: DataReport):
                         "pass numeric_only=False.")
     dataset = processed if len(keep) == len(processed) else processed.select(keep)
     return dataset.remove_columns(["_skip", "_detail", "_dropped", "_modes"])
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Prompts
-
-
-def question_text(row: dict) -> str:
-    """The question as the model sees it: the question, its choices when it has them, and the answer instruction.
-
-    >>> question_text({"question": "Which is larger?", "choices": ["3", "7"]})
-    'Which is larger?\\nChoices: (A) 3 (B) 7\\nReason about ...'
-    """
-    text = str(row["question"]).strip()
-    if row.get("choices"):
-        options = " ".join(f"({chr(ord('A') + i)}) {c}" for i, c in enumerate(row["choices"]))
-        text += f"\nChoices: {options}"
-    return f"{text}\n{INSTRUCTION}"
-
-
-def row_images(row: dict) -> list:
-    """The row's images, in prompt order (`images` when it has several, else `[image]`)."""
-    images = row.get("images")
-    if images:
-        return list(images)
-    return [row["image"]] if row.get("image") is not None else []
-
-
-def prompt_content(text: str, n_images: int) -> list[dict]:
-    """Text with `<image>` placeholders -> content parts, images in place (or first when there is no placeholder).
-
-    >>> [p["type"] for p in prompt_content("Look: <image> and <image>. Sum?", 2)]
-    ['text', 'image', 'text', 'image', 'text']
-    """
-    pieces = text.split(IMAGE_PLACEHOLDER)
-    if len(pieces) == 1:
-        return [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]
-    if len(pieces) - 1 != n_images:
-        raise ValueError(f"the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for {n_images} images; "
-                         "give one placeholder per image, or none (images then come first).")
-    content = []
-    for i, piece in enumerate(pieces):
-        if i:
-            content.append({"type": "image"})
-        if piece.strip():
-            content.append({"type": "text", "text": piece.strip()})
-    return content
-
-
-def to_prompt(row: dict, *, images_column: bool | None = None) -> dict:
-    """A canonical row -> TRL conversational row: `prompt` (one user turn: images, then text), the image(s), scoring.
-
-    Args:
-        row: a canonical row.
-        images_column: put the images in an `images` list (TRL's multi-image column) rather than `image`; by default
-            only when the row has more than one image.
-
-    >>> row = {"id": "1", "question": "How many?", "image": None, "answer": "3"}
-    >>> [p["type"] for p in to_prompt(row)["prompt"][0]["content"]]
-    ['text']
-    """
-    images = row_images(row)
-    turns = [{"role": "user", "content": prompt_content(question_text(row), len(images))}]
-    if row.get("system_prompt"):
-        turns.insert(0, {"role": "system", "content": [{"type": "text", "text": row["system_prompt"]}]})
-    out = {"id": row["id"], "prompt": turns}
-    if images_column if images_column is not None else len(images) > 1:
-        out["images"] = images
-    else:
-        out["image"] = images[0] if images else None
-    if isinstance(row.get("metadata"), dict):
-        out["metadata"] = row["metadata"]  # the item's task/skills: eval records keep it for the breakdown
-    return {**out, **{k: row.get(k) for k in SCORING_COLUMNS}}
-
-
-def to_dataset(rows):
-    """Canonical rows (a list or a `datasets.Dataset`) -> a `datasets.Dataset` of TRL prompt rows."""
-    import datasets
-
-    if isinstance(rows, datasets.Dataset):
-        multi = "images" in rows.column_names
-        raw = _undecoded(rows)  # images pass through undecoded: no decode/re-encode per row
-        drop = [c for c in raw.column_names if c not in ("id", "image", "images", "metadata", *SCORING_COLUMNS)]
-        prompts = raw.map(lambda row: {k: v for k, v in to_prompt(row, images_column=multi).items()
-                                       if k not in ("image", "images")},
-                          remove_columns=drop, desc="building prompts")
-        if multi and "image" in prompts.column_names:
-            prompts = prompts.remove_columns("image")
-        for name, feature in rows.features.items():
-            if name in prompts.column_names and name in ("image", "images"):
-                prompts = prompts.cast_column(name, feature)
-        return prompts
-    multi = any(len(row_images(r)) > 1 for r in rows)
-    prompts = [to_prompt(r, images_column=multi) for r in rows]
-    metadata = [p.pop("metadata", {}) for p in prompts]
-    dataset = datasets.Dataset.from_list(prompts)
-    if any(metadata):  # one JSON column: items of different tasks carry different keys
-        dataset = dataset.add_column("metadata", [json.dumps(m) for m in metadata], feature=datasets.Json())
-    return dataset
-
-
-def render_prompt(row: dict, processor=None) -> str:
-    """The prompt text the model sees for a TRL row, through the processor's chat template (Qwen3-VL's without one).
-
-    >>> row = to_prompt({"id": "1", "question": "How many?", "image": object(), "answer": "3"})
-    >>> print(render_prompt(row).splitlines()[1][:48])
-    <|vision_start|><|image_pad|><|vision_end|>How m
-    """
-    if processor is not None:
-        return processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-    import jinja2
-
-    from vlrl.tiny import CHAT_TEMPLATE
-
-    return jinja2.Environment().from_string(CHAT_TEMPLATE).render(messages=row["prompt"], add_generation_prompt=True)
-
-
-def prompt_tokens(processor, row: dict) -> int:
-    """The prompt's length in tokens as the model sees it, image tokens included (the processor expands them)."""
-    text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-    images = row_images(row)
-    inputs = processor(text=[text], images=images or None, return_tensors="pt")
-    return int(inputs["input_ids"].shape[1])
-
-
-class LengthMeter:
-    """`prompt_tokens`, fast: the processor runs on the first two prompts with each image size; after that a prompt
-    costs one tokenizer call plus the image tokens learned for its sizes.
-
-    A processor changes the text only by expanding each image placeholder into that image's tokens, and an image's
-    token count depends on its size alone (for Qwen3-VL: its patch grid). The second measurement per size checks that
-    this holds for the processor at hand; if it ever does not, every prompt is measured with the processor.
-    """
-
-    def __init__(self, processor):
-        self.processor = processor
-        self.tokenizer = getattr(processor, "tokenizer", processor)
-        self.image_tokens: dict[tuple, int] = {}  # image size -> tokens it adds beyond its placeholder
-        self.checked: set[tuple] = set()
-        self.exact_only = False
-
-    def __call__(self, row: dict) -> int:
-        """The prompt length of a TRL row; its images may be PIL images or undecoded `{"bytes", "path"}` values."""
-        text = render_prompt(row, self.processor)
-        sizes = [_image_size(image) for image in row_images(row)]
-        if self.exact_only or any(size not in self.checked for size in sizes):
-            return self._measure(row, text, sizes)
-        return len(self.tokenizer(text)["input_ids"]) + sum(self.image_tokens[s] for s in sizes)
-
-    def _measure(self, row: dict, text: str, sizes: list) -> int:
-        decoded = [image if hasattr(image, "size") else load_image(image) for image in row_images(row)]
-        exact = prompt_tokens(self.processor, {"prompt": row["prompt"], "images": decoded})
-        if self.exact_only:
-            return exact
-        unknown = {s for s in sizes if s not in self.image_tokens}
-        base = len(self.tokenizer(text)["input_ids"])
-        if len(unknown) == 1 and sizes.count(next(iter(unknown))) == 1:
-            size = unknown.pop()
-            self.image_tokens[size] = exact - base - sum(self.image_tokens[s] for s in sizes if s != size)
-        elif not unknown:  # a second look at known sizes: does the shortcut give the processor's count?
-            if base + sum(self.image_tokens[s] for s in sizes) == exact:
-                self.checked.update(sizes)
-            else:
-                self.exact_only = True
-        return exact
-
-
-def _image_size(image) -> tuple:
-    """An image's (width, height); for an undecoded value, from its header alone (no pixels are decoded)."""
-    if hasattr(image, "size"):
-        return tuple(image.size)
-    from PIL import Image
-
-    if isinstance(image, dict) and image.get("bytes"):
-        with Image.open(io.BytesIO(image["bytes"])) as opened:
-            return opened.size
-    return load_image(image).size
-
-
-def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report: DataReport | None = None,
-                     part: str = "train"):
-    """Drops prompts longer than `max_prompt_tokens`, measured with the processor (image tokens included).
-
-    TRL 1.x has no `max_prompt_length`, and truncating a multimodal prompt cuts through image tokens ("Image
-    features and image tokens do not match"), so over-long prompts are dropped whole and counted, never cut.
-
-    Args:
-        dataset: TRL prompt rows (`to_dataset`).
-        processor: the model's processor.
-        max_prompt_tokens: the longest prompt kept.
-        report: a DataReport to count the drops in, under `part`.
-        part: "train", "eval", ...
-
-    Returns:
-        (kept dataset, number dropped).
-    """
-    meter = LengthMeter(processor)
-    keep = []
-    rows = _undecoded(dataset) if hasattr(dataset, "features") else dataset  # sizes come from headers: no decoding
-    for index, row in enumerate(rows):
-        length = meter(row)
-        if length <= max_prompt_tokens:
-            keep.append(index)
-        elif report is not None:
-            report.skip("too_long", row["id"], f"{length} prompt tokens > {max_prompt_tokens}")
-    dropped = len(dataset) - len(keep)
-    if report is not None:
-        report.max_prompt_tokens = max_prompt_tokens
-        report.too_long[part] = report.too_long.get(part, 0) + dropped
-    return (dataset if not dropped else dataset.select(keep)), dropped
 
 
 # --------------------------------------------------------------------------------------------------------------

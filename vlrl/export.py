@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from vlrl.errors import ExportError
+
 # Tolerances on the logit gap, with the gap measured on the tiny model in brackets (CPU, float32 compute;
 # bench/results/export.md): each leaves several times that margin, while a broken merge or conversion lands far
 # above (the tiny base without its adapter: 0.21).
@@ -56,10 +58,6 @@ FORMATS = ("lora", "merged16", "merged4", "gguf")
 LLAMA_CPP_PYTHON = "0.3.36"  # the llama-cpp-python release whose bundled llama.cpp converters vlrl runs
 PROBE_QUESTION = "How many bars does the chart show? Answer inside <SOLUTION>...</SOLUTION>."
 RELOADED = "vlrl_reloaded"  # the adapter name the read-back copy gets while it is compared
-
-
-class ExportError(RuntimeError):
-    """An export that failed its verification; the message says what was wrong and what to do."""
 
 
 # --- the adapter ----------------------------------------------------------------------------------------------

@@ -276,6 +276,19 @@ def fit_image(image, size: int | None, *, keep_aspect: bool = False, fill=(255, 
     return image.resize((size, size), Image.Resampling.BICUBIC, reducing_gap=3.0)
 
 
+def undecoded(dataset):
+    """Casts image columns to undecoded `{"bytes", "path"}` values, so a corrupt image is a counted skip in our
+    decoder rather than an exception inside datasets' own."""
+    import datasets
+
+    for name, feature in dataset.features.items():
+        if isinstance(feature, datasets.Image):
+            dataset = dataset.cast_column(name, datasets.Image(decode=False))
+        elif isinstance(feature, (datasets.List, datasets.Sequence)) and isinstance(feature.feature, datasets.Image):
+            dataset = dataset.cast_column(name, datasets.List(datasets.Image(decode=False)))
+    return dataset
+
+
 def image_hash(image) -> str:
     """A content hash of an image's pixels (and size), so the same picture under two ids is still recognized.
 

@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 
-from vlrl import evaluate
+from vlrl import evaluate, prompts
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"  # no script, no network: the page is the data
 EMBED_MAX_SIDE = 512  # flipped items' images are shrunk to this side in the page (the files keep their size)
@@ -429,20 +429,20 @@ def items_html(rows, n: int = 4, *, processor=None) -> Html:
         n: how many to show.
         processor: the model's processor (optional).
     """
-    from vlrl import data
+    from vlrl import prompts
 
     cards = []
     for index in range(min(n, len(rows))):
         row = rows[index]
-        text = evaluate.question(row) if row.get("prompt") else data.question_text(row)
-        fields = {k: row.get(k) for k in data.SCORING_COLUMNS if row.get(k) not in (None, [], "")}
+        text = evaluate.question(row) if row.get("prompt") else prompts.question_text(row)
+        fields = {k: row.get(k) for k in prompts.SCORING_COLUMNS if row.get(k) not in (None, [], "")}
         fields.update({k: v for k, v in (row.get("metadata") or {}).items() if k in ("task", "skills", "source")})
         details = _table(None, [[_e(k), f"<code>{_e(v)}</code>"] for k, v in fields.items()], "small")
         if processor is not None and row.get("prompt"):
-            details += (f"<p><b>Through the chat template</b> ({data.prompt_tokens(processor, row)} tokens, image "
-                        f"tokens included)</p><pre>{_e(data.render_prompt(row, processor))}</pre>")
+            details += (f"<p><b>Through the chat template</b> ({prompts.prompt_tokens(processor, row)} tokens, image "
+                        f"tokens included)</p><pre>{_e(prompts.render_prompt(row, processor))}</pre>")
         cards.append(f'<div class=item><h3>{_e(row["id"])}</h3><div class=row><div class=pic>'
-                     f'{_pictures(evaluate.row_images(row), row["id"])}</div><div class=qa><p><b>Prompt</b></p>'
+                     f'{_pictures(prompts.row_images(row), row["id"])}</div><div class=qa><p><b>Prompt</b></p>'
                      f"<pre>{_e(text)}</pre>{details}</div></div></div>")
     return _html(f"<p class=meta>{min(n, len(rows))} of {len(rows)} items</p>" + "".join(cards))
 

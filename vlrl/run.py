@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from vlrl import config as cfg
-from vlrl import data, evaluate, export, model, report, synthetic, train
+from vlrl import data, evaluate, export, model, prompts, report, synthetic, train
 
 
 def banner(text: str, log=print) -> None:
@@ -108,9 +108,9 @@ def prepare(config: cfg.RunConfig, processor, run_dir: Path, log=print):
     rows, report = load_rows(config.data, return_report=True)
     train_rows, held_out = split(config, rows, report)
     max_tokens = config.data.max_prompt_tokens
-    train_ds, dropped_train = data.filter_by_length(data.to_dataset(train_rows), processor, max_tokens,
+    train_ds, dropped_train = prompts.filter_by_length(prompts.to_dataset(train_rows), processor, max_tokens,
                                                     report=report, part="train")
-    eval_ds, dropped_eval = data.filter_by_length(data.to_dataset(held_out), processor, max_tokens,
+    eval_ds, dropped_eval = prompts.filter_by_length(prompts.to_dataset(held_out), processor, max_tokens,
                                                   report=report, part="eval")
     data.check_disjoint(train_ds, eval_ds)
     report.save(run_dir / "data_report.json")

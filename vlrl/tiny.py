@@ -19,6 +19,8 @@ import os
 import sys
 from pathlib import Path
 
+from vlrl.prompts import CHAT_TEMPLATE
+
 QWEN_SPECIAL_TOKENS = {  # id -> token, exactly as in Qwen3-VL's tokenizer.json
     151643: "<|endoftext|>", 151644: "<|im_start|>", 151645: "<|im_end|>", 151646: "<|object_ref_start|>",
     151647: "<|object_ref_end|>", 151648: "<|box_start|>", 151649: "<|box_end|>", 151650: "<|quad_start|>",
@@ -32,21 +34,6 @@ QWEN_SPECIAL_TOKENS = {  # id -> token, exactly as in Qwen3-VL's tokenizer.json
 QWEN_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
 VOCAB_SIZE = 151936  # Qwen3-VL's embedding rows (ids past the specials are padding rows)
-
-# Qwen3-VL's chat template, without tools and video timestamps: im_start/im_end turns, one vision block per image.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' }}"
-    "{%- if message['content'] is string %}{{- message['content'] }}"
-    "{%- else %}{%- for part in message['content'] %}"
-    "{%- if part['type'] == 'image' or 'image' in part %}{{- '<|vision_start|><|image_pad|><|vision_end|>' }}"
-    "{%- elif part['type'] == 'video' or 'video' in part %}{{- '<|vision_start|><|video_pad|><|vision_end|>' }}"
-    "{%- elif 'text' in part %}{{- part['text'] }}{%- endif %}"
-    "{%- endfor %}{%- endif %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
 
 TINY_TEXT = {
     "vocab_size": VOCAB_SIZE, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from vlrl import answers, data, rewards
+from vlrl import answers, data, prompts, rewards
 
 
 class JsonlLogger(TrainerCallback):
@@ -251,7 +251,7 @@ def sft_from_config(config, output_dir: str | Path, *, steps: int | None = None,
 
 def _sft_batch(processor, batch: list[dict]):
     """Tokenizes prompt + worked answer; labels are -100 everywhere but the answer (and its end-of-turn token)."""
-    prompts = [processor.apply_chat_template(data.to_prompt(item)["prompt"], add_generation_prompt=True,
+    prompts = [processor.apply_chat_template(prompts.to_prompt(item)["prompt"], add_generation_prompt=True,
                                              tokenize=False) for item in batch]
     texts = [p + sft_target(item) + "<|im_end|>" for p, item in zip(prompts, batch)]
     images = [item["image"] for item in batch]
