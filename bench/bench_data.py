@@ -37,7 +37,7 @@ import datasets
 import numpy as np
 from PIL import Image
 
-from vlrl import data, prompts, synthetic
+from vlrl import data, synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NOTES = """

@@ -37,7 +37,7 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, evaluate, model, prompts, run
+    from vlrl import config, data, evaluate, model, prompts, run
 
     conf = config.preset("tiny")
     path = run.resolve_model_path(conf.model, conf.data, log=lambda *_: None)

@@ -204,10 +204,10 @@ def test_geo3k_two_images_interleaved(geo3k_layout):
     row = prompts.to_prompt(two)
     assert [p["type"] for p in row["prompt"][0]["content"]] == ["image", "text", "image", "text"]
     assert len(row["images"]) == 2 and "image" not in row
-    prompts = prompts.to_dataset(ds)  # a Dataset in, images passed through undecoded
-    assert "images" in prompts.column_names and "image" not in prompts.column_names
-    assert [len(r["images"]) for r in prompts] == [1, 2, 1]
-    assert prompts[1]["images"][1].getpixel((0, 0)) == (0, 0, 0)
+    prompt_rows = prompts.to_dataset(ds)  # a Dataset in, images passed through undecoded
+    assert "images" in prompt_rows.column_names and "image" not in prompt_rows.column_names
+    assert [len(r["images"]) for r in prompt_rows] == [1, 2, 1]
+    assert prompt_rows[1]["images"][1].getpixel((0, 0)) == (0, 0, 0)
 
 
 def test_generic_reads_every_image_form_in_one_list(tmp_path):
@@ -310,11 +310,11 @@ def test_prompt_content_rejects_mismatched_placeholders():
 
 def test_to_dataset_from_canonical_dataset_keeps_images(sample):
     ds, _ = sample
-    prompts = prompts.to_dataset(ds)
-    assert set(prompts.column_names) == {"id", "prompt", "image", "metadata", *prompts.SCORING_COLUMNS}
-    assert prompts[0]["image"].size == (64, 64) and prompts["id"] == ds["id"]
-    assert prompts[0]["metadata"] == ds[0]["metadata"] and "skills" in prompts[0]["metadata"]
-    assert data.image_hash(prompts[3]["image"]) == data.image_hash(ds[3]["image"])
+    prompt_rows = prompts.to_dataset(ds)
+    assert set(prompt_rows.column_names) == {"id", "prompt", "image", "metadata", *prompts.SCORING_COLUMNS}
+    assert prompt_rows[0]["image"].size == (64, 64) and prompt_rows["id"] == ds["id"]
+    assert prompt_rows[0]["metadata"] == ds[0]["metadata"] and "skills" in prompt_rows[0]["metadata"]
+    assert data.image_hash(prompt_rows[3]["image"]) == data.image_hash(ds[3]["image"])
 
 
 # Hold-out -------------------------------------------------------------------------------------------------------

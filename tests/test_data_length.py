@@ -42,18 +42,18 @@ def test_prompt_tokens_count_image_tokens(processor):
 def test_filter_drops_whole_prompts_and_counts_them(processor):
     items = synthetic.generate(6, image_size=64)
     items[2] = {**items[2], "image": Image.new("RGB", (512, 512), "white")}  # 256 image tokens
-    prompts = prompts.to_dataset(items)
-    lengths = [prompts.prompt_tokens(processor, row) for row in prompts]
+    prompt_rows = prompts.to_dataset(items)
+    lengths = [prompts.prompt_tokens(processor, row) for row in prompt_rows]
     limit = sorted(lengths)[-2]  # everything but the 512 px item fits
     report = data.DataReport(source="synthetic")
-    kept, dropped = prompts.filter_by_length(prompts, processor, limit, report=report, part="train")
+    kept, dropped = prompts.filter_by_length(prompt_rows, processor, limit, report=report, part="train")
     assert dropped == 1 and len(kept) == 5 and items[2]["id"] not in kept["id"]
     assert report.too_long == {"train": 1} and report.skipped == {"too_long": 1}
     assert report.examples["too_long"][0].startswith(f"{items[2]['id']}: {max(lengths)} prompt tokens")
     for row in kept:  # nothing was cut: every image still expands to all of its tokens
         assert image_tokens(processor, row) == 4 and prompts.prompt_tokens(processor, row) <= limit
-    same, none = prompts.filter_by_length(prompts, processor, max(lengths))
-    assert none == 0 and len(same) == len(prompts)
+    same, none = prompts.filter_by_length(prompt_rows, processor, max(lengths))
+    assert none == 0 and len(same) == len(prompt_rows)
 
 
 def test_length_meter_matches_the_processor(processor):
@@ -74,8 +74,8 @@ def test_multi_image_prompts_feed_trl_and_the_processor(processor):
     images = [Image.new("RGB", (64, 64), c) for c in ("red", "blue")]
     rows = [{"q": "<image> Left. <image> Right. Which has more red?", "a": "1", "images": images, "id": "two"}]
     ds = data.load_generic(rows, prompt_key="q", answer_key="a", image_keys="images", max_images=2, image_size=64)
-    prompts = prompts.to_dataset(ds)
-    row = prompts[0]
+    prompt_rows = prompts.to_dataset(ds)
+    row = prompt_rows[0]
     messages = prepare_multimodal_messages(row["prompt"], images=row["images"])
     filled = [part["image"] for part in messages[0]["content"] if part["type"] == "image"]
     assert [image.getpixel((0, 0)) for image in filled] == [(255, 0, 0), (0, 0, 255)]

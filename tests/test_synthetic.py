@@ -53,9 +53,9 @@ def test_seeded_and_distinct():
 
 def test_items_make_trl_rows_and_datasets():
     items = synthetic.generate(len(synthetic.ALL_TASKS), image_size=32, tasks="all")
-    prompts = prompts.to_dataset(items)
-    assert len(prompts) == len(items) and prompts[0]["image"].size == (32, 32)
-    compare = next(r for r in prompts if r["question_type"] == "multi_choice")
+    prompt_rows = prompts.to_dataset(items)
+    assert len(prompt_rows) == len(items) and prompt_rows[0]["image"].size == (32, 32)
+    compare = next(r for r in prompt_rows if r["question_type"] == "multi_choice")
     assert "Choices: (A)" in compare["prompt"][0]["content"][1]["text"]
 
 

@@ -14,7 +14,7 @@ import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 from vlrl import config as cfg
-from vlrl import model, prompts, rewards, synthetic, train
+from vlrl import data, model, prompts, rewards, synthetic, train
 from vlrl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent

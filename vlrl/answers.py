@@ -15,12 +15,10 @@ text "" or a missing answer (None), and every scan is linear in the input (no re
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
 import re
 from dataclasses import dataclass
-
 
 
 @dataclass(frozen=True)

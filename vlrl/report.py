@@ -429,7 +429,6 @@ def items_html(rows, n: int = 4, *, processor=None) -> Html:
         n: how many to show.
         processor: the model's processor (optional).
     """
-    from vlrl import prompts
 
     cards = []
     for index in range(min(n, len(rows))):

@@ -16,7 +16,7 @@ MAX_SYMBOLIC_CHARS = 200  # sympy parses it; geometry answers are short, and lon
 
 @functools.lru_cache(maxsize=16384)  # verify costs ~0.1 s (sympy), and the same wrong answers come back
 def equivalent(pred: str, gold: str) -> bool:
-    """Whether math-verify shows `pred` equivalent to `gold` (gold first, as math-verify wants); False when either
+    r"""Whether math-verify shows `pred` equivalent to `gold` (gold first, as math-verify wants); False when either
     is too long, does not parse, or sympy gives up.
 
     >>> equivalent(r"\sqrt{12}", r"2\sqrt{3}"), equivalent("3", "4")
