@@ -499,10 +499,10 @@ def llama_cpp_tools(cache_dir: str | Path | None = None, *, log=print) -> Path:
             raise ExportError(f"VLRL_LLAMA_CPP={folder} holds no convert_hf_to_gguf.py; point it at a llama.cpp "
                               "checkout, or unset it to let vlrl fetch the converters.")
         return folder
-    from vlrl.tiny import DEFAULT_CACHE
+    from vlrl.cache import cache_dir as default_cache
 
     version = _llama_cpp_version()
-    folder = Path(cache_dir or os.environ.get("VLRL_CACHE") or DEFAULT_CACHE) / f"llama.cpp-{version}"
+    folder = Path(cache_dir or default_cache()) / f"llama.cpp-{version}"
     if (folder / "convert_lora_to_gguf.py").exists():
         return folder
     log(f"fetching llama.cpp's converters from the llama-cpp-python {version} source release -> {folder}")

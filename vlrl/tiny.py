@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+from vlrl import cache
 from vlrl.prompts import CHAT_TEMPLATE
 
 QWEN_SPECIAL_TOKENS = {  # id -> token, exactly as in Qwen3-VL's tokenizer.json
@@ -56,7 +57,6 @@ SIZES = {
                 "out_hidden_size": 256, "deepstack_visual_indexes": [1, 2]},
         "warm_lr": 1e-3},
 }
-DEFAULT_CACHE = Path(os.environ.get("VLRL_CACHE", Path.home() / ".cache" / "vlrl"))
 
 
 def build_tokenizer():
@@ -191,7 +191,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
         size: "tiny" or "small" (see `SIZES`).
     """
-    cache_dir = Path(cache_dir or DEFAULT_CACHE)
+    cache_dir = Path(cache_dir or cache.cache_dir())
     name = "tiny-qwen3-vl" if size == "tiny" else f"{size}-qwen3-vl"
     base = cache_dir / f"{name}-seed{seed}"
     if not (base / "config.json").exists():
@@ -223,4 +223,4 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
 
 
 if __name__ == "__main__":
-    print(build_tiny(sys.argv[1] if len(sys.argv) > 1 else DEFAULT_CACHE / "tiny-qwen3-vl-seed0"))
+    print(build_tiny(sys.argv[1] if len(sys.argv) > 1 else cache.cache_dir() / "tiny-qwen3-vl-seed0"))
