@@ -251,12 +251,12 @@ def sft_from_config(config, output_dir: str | Path, *, steps: int | None = None,
 
 def _sft_batch(processor, batch: list[dict]):
     """Tokenizes prompt + worked answer; labels are -100 everywhere but the answer (and its end-of-turn token)."""
-    prompts = [processor.apply_chat_template(prompts.to_prompt(item)["prompt"], add_generation_prompt=True,
+    texts_in = [processor.apply_chat_template(prompts.to_prompt(item)["prompt"], add_generation_prompt=True,
                                              tokenize=False) for item in batch]
-    texts = [p + sft_target(item) + "<|im_end|>" for p, item in zip(prompts, batch)]
+    texts = [p + sft_target(item) + "<|im_end|>" for p, item in zip(texts_in, batch)]
     images = [item["image"] for item in batch]
     inputs = processor(text=texts, images=images, return_tensors="pt", padding=True)
-    prompt_lengths = [len(ids) for ids in processor(text=prompts, images=images)["input_ids"]]
+    prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images)["input_ids"]]
     labels = inputs["input_ids"].clone()
     for row, length in enumerate(prompt_lengths):
         labels[row, :length] = -100
