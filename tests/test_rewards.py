@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vlrl import answers, rewards
+from vlrl.errors import DataError
 
 GOLDEN = Path(__file__).resolve().parent.parent / "rewards" / "golden"
 GOOD = "<REASONING>4 - 1 = 3</REASONING><SOLUTION>3</SOLUTION>"
@@ -93,14 +94,18 @@ def test_log_metric_reports_degeneration_and_skips():
     assert logged == [("format/degenerate_rate", 0.25), ("correctness/skipped_rate", 0.5)]
 
 
-def test_columns_broadcast_and_short_columns():
-    # A scalar column applies to every completion; a missing value is None (gold) or no meta.
+def test_columns_broadcast_and_short_columns_fail_loudly():
+    # A scalar column applies to every completion.
     three, four, pi, b = ("<SOLUTION>3</SOLUTION>", "<SOLUTION>4</SOLUTION>", "<SOLUTION>3.14159</SOLUTION>",
                           "<SOLUTION>B</SOLUTION>")
     assert rewards.correctness_reward([three, four], answer="3") == [2.0, 0.0]
-    assert rewards.correctness_reward([pi, pi], answer=["3.14"], precision=2) == [1.5, None]
-    assert rewards.correctness_reward([b, b], answer=["7", "7"], question_type="multi_choice",
-                                      choices=[["3", "7"]]) == [2.0, 0.0]
+    assert rewards.correctness_reward([pi, pi], answer=["3.14", "3.14"], precision=2) == [1.5, 1.5]
+    # A column that does not line up with the completions would pair answers with the wrong completions: an error
+    # naming the column (it used to turn the rest into silent skips), as TRL itself fails.
+    with pytest.raises(DataError, match="'answer' column has 1 values for 2 completions"):
+        rewards.correctness_reward([pi, pi], answer=["3.14"], precision=2)
+    with pytest.raises(DataError, match="'choices' column has 1 values for 2 completions"):
+        rewards.correctness_reward([b, b], answer=["7", "7"], question_type="multi_choice", choices=[["3", "7"]])
 
 
 def test_symbolic_correctness_reward():

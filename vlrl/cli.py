@@ -1,15 +1,23 @@
-"""The `vlrl` command: `vlrl run | data | train | sft | eval | compare | report | export | validate | serve-rewards`.
+"""The `vlrl` command: `vlrl run | train | sft | eval | compare | report | export | validate | data | serve-rewards`.
 
-    vlrl run --preset tiny --output-dir runs/demo
-    vlrl train --config my_run.toml --output-dir runs/mine [--resume]
-    vlrl sft --preset tiny --output-dir runs/warm
-    vlrl validate my_run.toml
-    vlrl eval runs/demo --adapter runs/demo/adapter      # resumable; -> runs/demo/eval_adapter.jsonl
-    vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json
-    vlrl data inspect data/mathvista_sample
-    vlrl report runs/demo                                # -> runs/demo/report.html
-    vlrl serve-rewards --port 8765 --run runs/demo
-    vlrl export runs/demo --format gguf
+Every command names a run directory the same way, `--run-dir DIR`; without it, a command started from a run file or
+a preset uses runs/<the config's name>. `--set section.key=value` (repeatable) overrides any run-file setting and is
+validated like the file.
+
+    vlrl run --preset tiny                                  # -> runs/tiny
+    vlrl run --config my_run.toml --set training.max_steps=20
+    vlrl train --config my_run.toml [--resume]              # -> runs/<name>
+    vlrl sft --preset tiny                                  # -> runs/tiny/sft, a warm-started checkpoint
+    vlrl validate my_run.toml | qwen3-vl-8b-mathvista       # every problem in one pass
+    vlrl eval --run-dir runs/tiny --adapter runs/tiny/adapter
+    vlrl compare runs/tiny/eval_before.jsonl runs/tiny/eval_after.jsonl --output comparison.json
+    vlrl data inspect --preset tiny                         # exactly the items the run trains and evaluates on
+    vlrl report --run-dir runs/tiny                         # -> runs/tiny/report.html
+    vlrl export --run-dir runs/tiny --format gguf
+    vlrl serve-rewards --run-dir runs/tiny
+
+A failure a user can act on (`vlrl.errors.VlrlError`) prints one line, `vlrl <command>: <what, which value, the
+fix>`, and exits 1; an interrupt exits 130 and keeps what was written (every stage resumes).
 """
 
 from __future__ import annotations
@@ -19,18 +27,37 @@ import json
 import os
 import sys
 
+# --- resolving what a command works on --------------------------------------------------------------------------
 
-def _config(args):
-    from vlrl import config
+def _config(args, default_preset: str | None = "tiny"):
+    """The configuration a command names: --config or --preset (with --set), else the run directory's own
+    config.toml when there is one, else `default_preset`."""
+    from vlrl import config as cfg
+    from vlrl.rundir import RunDir
 
-    if args.config:
-        return config.load(args.config)
-    return config.preset(args.preset)
+    overrides = getattr(args, "set", None) or ()
+    if getattr(args, "config", None) or getattr(args, "preset", None):
+        return cfg.resolve(config=args.config, preset_name=args.preset, overrides=overrides)
+    if getattr(args, "run_dir", None) and RunDir(args.run_dir).config_file.exists():
+        return cfg.load(RunDir(args.run_dir).config_file, overrides=overrides)
+    if default_preset is None:
+        from vlrl.errors import RunDirError
+
+        where = f"{args.run_dir} has no config.toml" if getattr(args, "run_dir", None) else "no --run-dir was given"
+        raise RunDirError(f"{where}; name the run with --run-dir DIR (a directory `vlrl run` made), or --config / "
+                          "--preset to use runs/<its name>.")
+    return cfg.preset(default_preset, overrides=overrides)
+
+
+def _run_dir(args, config):
+    from vlrl.rundir import RunDir
+
+    return RunDir.for_config(config, getattr(args, "run_dir", None))
 
 
 def _activate(config) -> None:
     """Imports Unsloth (when the run uses it) before anything imports transformers or TRL, as Unsloth requires."""
-    from vlrl.config import ConfigError
+    from vlrl.errors import ConfigError
     from vlrl.model import activate_backend
 
     try:
@@ -39,64 +66,54 @@ def _activate(config) -> None:
         raise ConfigError(str(err)) from None
 
 
+# --- the commands ---------------------------------------------------------------------------------------------
+
 def cmd_run(args) -> int:
     config = _config(args)
     _activate(config)
     from vlrl.run import run
 
-    run(config, args.output_dir or f"runs/{args.preset or 'run'}")
+    run(config, _run_dir(args, config).path)
     return 0
 
 
 def cmd_train(args) -> int:
-    from pathlib import Path
-
-    from vlrl import config as cfg
-
-    if args.config or args.preset:
-        config = _config(args)
-    elif args.resume:  # resume with the run file the run started with
-        if not args.output_dir or not (Path(args.output_dir) / "config.toml").exists():
-            raise cfg.ConfigError(f"--resume: no run to resume in {args.output_dir or '(no --output-dir)'}: it has "
-                                  "no config.toml; give the run's --output-dir, or --config to start a new run.")
-        config = cfg.load(Path(args.output_dir) / "config.toml")
-    else:
-        config = cfg.preset("tiny")
+    config = _config(args, default_preset=None if args.resume else "tiny")
     _activate(config)
-    from vlrl.train import train
+    from vlrl.run import train_only
 
-    train(config, run_dir=args.output_dir or f"runs/{config.name}", resume=args.resume)
+    train_only(config, _run_dir(args, config).path, resume=args.resume)
     return 0
 
 
 def cmd_sft(args) -> int:
     config = _config(args)
-    from vlrl.train import sft_from_config
+    from vlrl.warmstart import sft_from_config
 
-    sft_from_config(config, args.output_dir or f"runs/{config.name}-sft", steps=args.steps,
+    sft_from_config(config, _run_dir(args, config).path / "sft", steps=args.steps,
                     learning_rate=args.learning_rate, batch_size=args.batch_size)
     return 0
 
 
 def cmd_validate(args) -> int:
-    from vlrl import config
+    from vlrl import config as cfg
 
-    config.load(args.file)
-    print(f"{args.file}: ok")
+    config = cfg.resolve(config=args.target, overrides=args.set or (), num_processes=args.processes)
+    print(f"{args.target}: ok (run {config.name!r}, {args.processes or cfg.num_processes()} process(es))")
     return 0
 
 
 def cmd_compare(args) -> int:
+    from vlrl.errors import EvalError
     from vlrl.evaluate import compare, summary
 
     for path in (args.before, args.after):
         if not os.path.exists(path):
-            raise FileNotFoundError(f"no record file at {path}")
+            raise EvalError(f"no record file at {path}; give two eval files such as RUN_DIR/eval_before.jsonl.")
     try:
         result = compare(args.before, args.after)
     except ValueError as err:  # a record without id/correct/format_ok, an id twice, a damaged line
-        print(f"vlrl compare: {err}", file=sys.stderr)
-        return 1
+        raise EvalError(str(err)) from None
     if not args.output:
         print(json.dumps(result, indent=2))
         return 0
@@ -107,34 +124,29 @@ def cmd_compare(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    """Evaluates a model (the run's base model, or --model) with an optional adapter on the run's held-out set."""
-    from pathlib import Path
+    """Evaluates the run's model (or --model) with an optional adapter on the run's held-out set."""
+    config = _config(args, default_preset=None)
+    _activate(config)
+    from vlrl import evaluate, model, run, warmstart
 
-    from vlrl import config, evaluate, model, prompts, run
-
-    run_dir = Path(args.run_dir)
-    conf = config.load(run_dir / "config.toml")
-    policy, processor = model.load_model(args.model or run.resolve_model_path(conf.model, conf.data),
-                                         load_in_4bit=conf.model.load_in_4bit,
-                                         max_seq_length=conf.model.max_seq_length, backend=conf.model.backend)
+    rd = _run_dir(args, config)
+    policy, processor = model.load_model(args.model or warmstart.model_path(config),
+                                         load_in_4bit=config.model.load_in_4bit,
+                                         max_seq_length=config.model.max_seq_length, backend=config.model.backend)
     if args.adapter:
-        from peft import PeftModel
-
-        policy = PeftModel.from_pretrained(policy, args.adapter)
-    # The held-out split is a pure function of the config (source, hold_out, seed): the same items as the run's.
-    _, held_out = run.split(conf, run.load_rows(conf.data))
-    eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(held_out), processor, conf.data.max_prompt_tokens)
+        policy = model.load_adapter(policy, args.adapter)
+    eval_ds = run.held_out(config, processor)  # the same items as the run's evals: a pure function of the config
     name = ("eval_adapter" if args.adapter else "eval_base") + ("_sampled" if args.sample else "")
-    output = args.output or run_dir / f"{name}.jsonl"
+    output = args.output or rd.eval_file(name)
     if args.sample:
         import torch
 
         torch.manual_seed(args.seed)  # the same seed, batch size and model draw the same samples
     records = evaluate.evaluate(policy, processor, eval_ds, output,
-                                batch_size=args.batch_size or conf.eval.batch_size,
-                                max_new_tokens=args.max_new_tokens or conf.eval.max_new_tokens,
+                                batch_size=args.batch_size or config.eval.batch_size,
+                                max_new_tokens=args.max_new_tokens or config.eval.max_new_tokens,
                                 do_sample=args.sample, temperature=args.temperature,
-                                image_dir=run_dir / "eval_images", log=print)
+                                image_dir=rd.eval_images, log=print)
     print(f"{len(records)} records -> {output}")
     return 0
 
@@ -142,68 +154,103 @@ def cmd_eval(args) -> int:
 def cmd_report(args) -> int:
     from vlrl.report import render
 
-    render(args.run_dir, log=print)
+    config = _config(args, default_preset=None)
+    render(_run_dir(args, config).path, log=print)
     return 0
 
 
 def cmd_data_inspect(args) -> int:
-    """Loads a source as a run would, prints its DataReport and a few prompts exactly as the model sees them."""
-    from vlrl import data, prompts, synthetic
+    """A source as a run would load it (its DataReport and a few prompts as the model sees them), or, with --config /
+    --preset, exactly the items the run trains and evaluates on."""
+    from vlrl import data, prompts
 
-    try:
-        if args.source == "synthetic":
-            rows = synthetic.generate(args.num_items, seed=0, image_size=args.image_size or 128, tasks=args.tasks)
-            report = data.DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows))
-        else:
-            loader = args.loader
-            if loader == "auto":
-                loader = "geo3k" if "geo3k" in args.source.lower() or "geometry3k" in args.source.lower() else \
-                    "mathvista"
-            options = {"numeric_only": not args.all_answers, "image_size": args.image_size or None,
-                       "keep_aspect": args.keep_aspect, "max_images": args.max_images, "return_report": True,
-                       "log": lambda _: None}
-            if loader == "generic":
-                options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
-                               id_key=args.id_key, system_prompt=args.system_prompt)
-            load = {"mathvista": data.load_mathvista, "geo3k": data.load_geo3k, "generic": data.load_generic}[loader]
-            rows, report = load(args.source, split=args.split or {"geo3k": "train", "generic": "train"}.get(
-                loader, "testmini"), **options)
-        processor = None
-        if args.processor:
-            from transformers import AutoProcessor
+    if args.config or args.preset:
+        return _inspect_run(args)
+    if not args.source:
+        from vlrl.errors import ConfigError
 
-            processor = AutoProcessor.from_pretrained(args.processor)
-        prompts = prompts.to_dataset(rows)
-        if processor is not None and args.max_prompt_tokens:
-            prompts, _ = prompts.filter_by_length(prompts, processor, args.max_prompt_tokens, report=report, part="all")
-    except data.DataError as err:
-        print(f"vlrl data inspect: {err}", file=sys.stderr)
-        return 1
+        raise ConfigError("vlrl data inspect needs a source (a hub id, a directory or file, or 'synthetic') or "
+                          "--config / --preset to show a run's items.")
+    processor = _processor(args.processor)
+    options = {"image_size": args.image_size or None, "return_report": True, "log": lambda _: None}
+    if args.source != "synthetic":
+        options.update(numeric_only=not args.all_answers, keep_aspect=args.keep_aspect, max_images=args.max_images)
+    if args.loader == "generic":
+        options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
+                       id_key=args.id_key, system_prompt=args.system_prompt)
+    rows, report = data.load_source(args.source, split=args.split, loader=args.loader,
+                                    num_items=args.num_items, tasks=args.tasks, **options)
+    shown = prompts.to_dataset(rows)
+    if processor is not None and args.max_prompt_tokens:
+        shown, _ = prompts.filter_by_length(shown, processor, args.max_prompt_tokens, report=report, part="all")
     print(report)
-    for row in prompts.select(range(min(args.n, len(prompts)))):
-        images = prompts.row_images(row)
-        sizes = ", ".join(f"{image.size[0]}x{image.size[1]} {image.mode}" for image in images)
-        print(f"\n--- {row['id']}: answer {row['answer']!r} ({row['question_type']}, {row['answer_type']}), "
-              f"image {sizes}" + (f", {prompts.prompt_tokens(processor, row)} prompt tokens" if processor else ""))
-        print(prompts.render_prompt(row, processor))
+    _print_items("", shown, args.n, processor)
     if args.output:
         report.save(args.output)
         print(f"\nreport saved to {args.output}")
     return 0
 
 
+def _inspect_run(args) -> int:
+    from vlrl import run, warmstart
+
+    config = _config(args)
+    processor = _processor(args.processor or warmstart.model_path(config, log=lambda _: None),
+                           optional=args.processor is None)
+    if processor is None:
+        print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "
+              "before the length filter ([data] max_prompt_tokens); pass --processor DIR to apply it.")
+        from vlrl import data, prompts
+
+        rows, report = data.load_rows(config.data, return_report=True)
+        train_rows, held = run.split(config, rows, report)
+        train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held)
+    else:
+        train_ds, eval_ds = run.prepare(config, processor, None, log=print)
+    print(f"run {config.name!r}: {len(train_ds)} training items, {len(eval_ds)} held-out items")
+    _print_items("train", train_ds, args.n, processor)
+    _print_items("held-out", eval_ds, args.n, processor)
+    return 0
+
+
+def _processor(path, optional: bool = False):
+    if not path:
+        return None
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(str(path))
+    except OSError as err:
+        if optional:
+            return None
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"no processor at {path}: {err}") from None
+
+
+def _print_items(label: str, rows, n: int, processor) -> None:
+    from vlrl import prompts
+
+    for row in rows.select(range(min(n, len(rows)))):
+        sizes = ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}" for im in prompts.row_images(row, decode=True))
+        tokens = f", {prompts.prompt_tokens(processor, row)} prompt tokens" if processor is not None else ""
+        print(f"\n--- {label + ' ' if label else ''}{row['id']}: answer {row['answer']!r} ({row['question_type']}, "
+              f"{row['answer_type']}), image {sizes}{tokens}")
+        print(prompts.render_prompt(row, processor))
+
+
 def cmd_serve_rewards(args) -> int:
     from vlrl.serve import make_server, page_url
 
     try:
-        server = make_server(args.port, run_dir=args.run, page=args.page_dir, pyodide=args.pyodide)
+        server = make_server(args.port, run_dir=args.run_dir, page=args.page_dir, pyodide=args.pyodide)
     except FileNotFoundError:
         raise
     except OSError as err:  # the port is taken
         print(f"vlrl serve-rewards: cannot listen on 127.0.0.1:{args.port} ({err.strerror}); pass another --port, "
               "or --port 0 for a free one.", file=sys.stderr)
         return 1
-    print(f"reward calculator: {page_url(server, with_run=args.run is not None)}   (Ctrl-C stops it)", flush=True)
+    print(f"reward calculator: {page_url(server, with_run=args.run_dir is not None)}   (Ctrl-C stops it)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -214,46 +261,50 @@ def cmd_serve_rewards(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from vlrl.export import ExportError, export_run
+    from vlrl.export import export_run
 
-    try:
-        result = export_run(args.run_dir, args.format, output_dir=args.output_dir, base=args.base,
-                            outtype=args.outtype)
-    except (ExportError, ImportError) as err:  # a failed check, or a missing extra (gguf, gpu)
-        print(f"vlrl export: {err}", file=sys.stderr)
-        return 1
+    config = _config(args, default_preset=None)
+    result = export_run(_run_dir(args, config).path, args.format, output_dir=args.output, base=args.base,
+                        outtype=args.outtype)
     print(json.dumps(result, indent=2))
     return 0
 
 
+# --- the parser -----------------------------------------------------------------------------------------------
+
+def _add_config(p, *, run_dir_help: str = "the run directory (default: runs/<the config's name>)",
+                default_help: str = "default: tiny") -> None:
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--preset", help=f"a shipped preset ({default_help})")
+    source.add_argument("--config", help="a run file (TOML)")
+    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                   help="override a run-file setting, e.g. --set training.max_steps=20 (repeatable)")
+    p.add_argument("--run-dir", help=run_dir_help)
+
+
 def parser() -> argparse.ArgumentParser:
+    from vlrl.config import EXPORT_FORMATS
+
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="the whole loop: load, baseline eval, GSPO train, re-eval, export")
-    source = r.add_mutually_exclusive_group()
-    source.add_argument("--preset", default="tiny", help="a shipped preset (default: tiny, offline on CPU)")
-    source.add_argument("--config", help="a run file (TOML)")
-    r.add_argument("--output-dir", help="the run directory (default: runs/<preset>)")
+    _add_config(r)
     r.set_defaults(func=cmd_run)
     t = sub.add_parser("train", help="GSPO training alone: load the model and data, train, save the adapter")
-    source = t.add_mutually_exclusive_group()
-    source.add_argument("--preset", help="a shipped preset (default: tiny, or the run's own config.toml on --resume)")
-    source.add_argument("--config", help="a run file (TOML)")
-    t.add_argument("--output-dir", help="the run directory (default: runs/<name>)")
+    _add_config(t, default_help="default: tiny, or the run's own config.toml with --resume")
     t.add_argument("--resume", action="store_true",
                    help="continue from the last checkpoint in the run directory (optimizer, scheduler, RNG state)")
     t.set_defaults(func=cmd_train)
     s = sub.add_parser("sft", help="supervised warm start (full fine-tuning on worked answers) before RL")
-    source = s.add_mutually_exclusive_group()
-    source.add_argument("--preset", default="tiny", help="a shipped preset (default: tiny)")
-    source.add_argument("--config", help="a run file (TOML)")
-    s.add_argument("--output-dir", help="where the warm-started checkpoint goes (default: runs/<name>-sft)")
+    _add_config(s, run_dir_help="the run directory; the checkpoint goes to RUN_DIR/sft (default: runs/<name>)")
     s.add_argument("--steps", type=int, help="optimizer steps (default: [model] warm_start_steps, else 150)")
-    s.add_argument("--learning-rate", type=float, default=3e-3, help="peak learning rate (default: 3e-3)")
+    s.add_argument("--learning-rate", type=float, help="peak learning rate (default: 3e-3, 1e-3 for tiny-small)")
     s.add_argument("--batch-size", type=int, default=16, help="items per step (default: 16)")
     s.set_defaults(func=cmd_sft)
-    v = sub.add_parser("validate", help="check a run file without loading anything; exits 1 on errors")
-    v.add_argument("file")
+    v = sub.add_parser("validate", help="check a run file or preset without loading anything; lists every problem")
+    v.add_argument("target", help="a run file (TOML) or a preset name")
+    v.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="check with this override applied")
+    v.add_argument("--processes", type=int, help="check for a launch of this many processes (default: this one's)")
     v.set_defaults(func=cmd_validate)
     c = sub.add_parser("compare", help="before/after statistics from two eval record files")
     c.add_argument("before")
@@ -261,11 +312,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--output", help="write the comparison JSON here (and print a summary)")
     c.set_defaults(func=cmd_compare)
     d = sub.add_parser("data", help="inspect data sources").add_subparsers(dest="data_command", required=True)
-    i = d.add_parser("inspect", help="load a source, print its DataReport and a few rendered prompts")
-    i.add_argument("source", help="a hub id, a local directory or file, or 'synthetic'")
+    i = d.add_parser("inspect", help="a source's DataReport and prompts, or (--config/--preset) a run's exact items")
+    i.add_argument("source", nargs="?", help="a hub id, a local directory or file, or 'synthetic'")
+    source = i.add_mutually_exclusive_group()
+    source.add_argument("--preset", help="show the items this preset's run trains and evaluates on")
+    source.add_argument("--config", help="show the items this run file's run trains and evaluates on")
+    i.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a run-file setting")
     i.add_argument("--split", help="default: testmini (MathVista), train (geo3k, generic)")
     i.add_argument("--loader", choices=["auto", "mathvista", "geo3k", "generic"], default="auto")
-    i.add_argument("-n", type=int, default=3, help="prompts to print (default 3)")
+    i.add_argument("-n", type=int, default=3, help="prompts to print (default 3; with a run: of each part)")
     i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
     i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")
     i.add_argument("--keep-aspect", action="store_true", help="pad to square instead of stretching")
@@ -282,7 +337,8 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--output", help="also save the DataReport as JSON here")
     i.set_defaults(func=cmd_data_inspect)
     e = sub.add_parser("eval", help="evaluate a model/adapter on a run's held-out set (resumes a partial file)")
-    e.add_argument("run_dir")
+    _add_config(e, run_dir_help="the run whose held-out set to use (default: runs/<name> of --config/--preset)",
+                default_help="default: the run directory's config.toml")
     e.add_argument("--adapter", help="a LoRA adapter directory to apply (e.g. RUN_DIR/adapter)")
     e.add_argument("--model", help="the base checkpoint (default: the run's)")
     e.add_argument("--output", help="records file (default: RUN_DIR/eval_adapter.jsonl or eval_base.jsonl)")
@@ -294,18 +350,20 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0, help="with --sample: seeds the draws (default 0)")
     e.set_defaults(func=cmd_eval)
     rp = sub.add_parser("report", help="plots and a self-contained report.html for a run directory")
-    rp.add_argument("run_dir")
+    _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
+                default_help="names runs/<its name>")
     rp.set_defaults(func=cmd_report)
     s = sub.add_parser("serve-rewards", help="the browser reward calculator on localhost (rewards/, offline)")
     s.add_argument("--port", type=int, default=8765, help="TCP port on 127.0.0.1 (0 picks a free one)")
-    s.add_argument("--run", help="a run directory whose eval_before/after.jsonl the page loads")
+    s.add_argument("--run-dir", help="a run directory whose eval_before/after.jsonl the page loads")
     s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
     s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
     s.set_defaults(func=cmd_serve_rewards)
     x = sub.add_parser("export", help="export a run's adapter (lora), a merged checkpoint or GGUF files, verified")
-    x.add_argument("run_dir")
-    x.add_argument("--format", required=True, choices=["lora", "merged16", "merged4", "gguf"])
-    x.add_argument("--output-dir", help="default: RUN_DIR/adapter, merged16, merged4 or gguf")
+    _add_config(x, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
+                default_help="names runs/<its name>")
+    x.add_argument("--format", required=True, choices=EXPORT_FORMATS)
+    x.add_argument("--output", help="where the export goes (default: RUN_DIR/adapter, merged16, merged4 or gguf)")
     x.add_argument("--base", help="the base checkpoint (default: the adapter's); give the 16-bit model when the "
                    "adapter was trained on a 4-bit one")
     x.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"], help="GGUF weight type")
@@ -314,14 +372,21 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlrl.config import ConfigError
+    from vlrl.errors import VlrlError
 
     args = parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as err:
+    except VlrlError as err:
         print(f"vlrl {args.command}: {err}", file=sys.stderr)
         return 1
+    except FileNotFoundError as err:
+        print(f"vlrl {args.command}: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"vlrl {args.command}: interrupted; what was written stays (records, checkpoints): run the same command "
+              "again to continue.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from vlrl import answers
+from vlrl import answers, synthetic
 from vlrl.errors import DataError
 from vlrl.images import MAX_IMAGE_BYTES, BadItem, fit_image, image_hash, load_image, undecoded
 from vlrl.prompts import IMAGE_PLACEHOLDER, row_images
@@ -677,3 +677,46 @@ def check_disjoint(train_rows, eval_rows) -> None:
     if shared:
         raise ValueError(f"{len(shared)} training items show a picture of the eval set (e.g. train {shared[0][0]!r} = "
                          f"eval {shared[0][1]!r}); split with vlrl.data.split_holdout, which drops them from training.")
+
+
+def loader_name(source) -> str:
+    """Which loader reads a source: "synthetic", "geo3k" (a name that mentions geometry3k or geo3k) or "mathvista"
+    (any other hub id or local directory). The one place this is decided.
+
+    >>> loader_name("hiyouga/geometry3k"), loader_name("AI4Math/MathVista"), loader_name("synthetic")
+    ('geo3k', 'mathvista', 'synthetic')
+    """
+    name = str(source).lower()
+    if name == "synthetic":
+        return "synthetic"
+    return "geo3k" if ("geometry3k" in name or "geo3k" in name) else "mathvista"
+
+
+DEFAULT_SPLITS = {"mathvista": "testmini", "geo3k": "train", "generic": "train"}
+
+
+def load_source(source, *, split: str | None = None, loader: str = "auto", num_items: int = 12, seed: int = 0,
+                difficulty: int = 1, tasks="all", image_size: int | None = 512, **options):
+    """(rows, DataReport) of any source: generated items, or a data set read by its loader (`loader_name`, or
+    "mathvista" / "geo3k" / "generic" as given). `num_items`, `seed`, `difficulty` and `tasks` are for generated
+    items; `options` go to the loader (numeric_only, keep_aspect, max_images, the generic loader's keys, ...)."""
+    name = loader_name(source) if loader == "auto" else loader
+    if name == "synthetic":
+        try:
+            rows = synthetic.generate(num_items, seed=seed, image_size=image_size or 128, difficulty=difficulty,
+                                      tasks=tasks or synthetic.TASKS)
+        except ValueError as err:  # an unknown task name
+            raise DataError(str(err)) from None
+        return rows, DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size)
+    load = {"mathvista": load_mathvista, "geo3k": load_geo3k, "generic": load_generic}[name]
+    options.setdefault("return_report", True)
+    return load(source, split=split or DEFAULT_SPLITS[name], image_size=image_size, **options)
+
+
+def load_rows(data_config, *, return_report: bool = False):
+    """Canonical rows for a run's `[data]` (a `vlrl.config.DataConfig`): generated items (a list), or MathVista /
+    geo3k (a Dataset), through `load_source`. With `return_report`, also the `DataReport` of the load."""
+    d = data_config
+    rows, report = load_source(d.source, split=d.split, num_items=d.num_items, seed=d.seed, difficulty=d.difficulty,
+                               tasks=d.tasks or synthetic.TASKS, image_size=d.image_size)
+    return (rows, report) if return_report else rows

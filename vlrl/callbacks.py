@@ -1,0 +1,115 @@
+"""Trainer callbacks: every logged metric appended to train_log.jsonl as it comes, and the degeneration monitor.
+
+Both work with TRL's GRPOTrainer and Unsloth's patched one: the monitor sees completions through the reward functions
+(`DegenerationMonitor.watch`), not through either trainer's internals.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from vlrl import rewards
+
+
+class JsonlLogger(TrainerCallback):
+    """Appends each logged metrics dict (with its step) to a JSONL file, flushed at once so nothing is lost."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs:
+            return
+        record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
+
+
+class DegenerationMonitor(TrainerCallback):
+    """Watches every completion the trainer scores and logs, each logging step:
+
+    - `degeneration/rate`: the share of completions that are `addCriterion`/newline spam (`rewards.format_parts`),
+    - `degeneration/mean_ratio`: their mean spam share (`rewards.degeneration_ratio`),
+    - `degeneration/clipped_ratio`: the share cut off at max_completion_length (TRL's `completions/clipped_ratio`,
+      or counted here from the completion lengths when the trainer does not report it).
+
+    With `stop_at` > 0 it stops training (after saving a checkpoint) once `degeneration/rate` reaches `stop_at`.
+    The completions reach it through `watch(reward_func)`, a pass-through wrapper: both TRL's and Unsloth's
+    trainers hand every completion to the reward functions, so this needs nothing from either trainer's internals.
+
+    >>> monitor = DegenerationMonitor()
+    >>> watched = monitor.watch(rewards.format_reward)
+    >>> watched.__name__, watched(["addCriterion\\naddCriterion", "<SOLUTION>4</SOLUTION>"])
+    ('format_reward', [-2.0, 1.0])
+    >>> monitor.summary()
+    {'degeneration/rate': 0.5, 'degeneration/mean_ratio': 0.5}
+    """
+
+    def __init__(self, stop_at: float = 0.0, max_completion_length: int | None = None, log=print):
+        self.stop_at = stop_at
+        self.max_completion_length = max_completion_length
+        self.log = log
+        self.stopped_at_step = None
+        self._reset()
+
+    def _reset(self):
+        self.seen = self.degenerate = self.lengths_seen = self.clipped = 0
+        self.ratio_sum = 0.0
+
+    def observe(self, completions, completion_ids=None) -> None:
+        for completion in completions:
+            parts = rewards.format_parts(completion)
+            self.seen += 1
+            self.degenerate += bool(parts["degenerate"])
+            self.ratio_sum += parts["degeneration_ratio"]
+        if completion_ids is not None and self.max_completion_length:
+            self.lengths_seen += len(completion_ids)
+            self.clipped += sum(len(ids) >= self.max_completion_length for ids in completion_ids)
+
+    def watch(self, reward_func):
+        """`reward_func`, unchanged (same name, same scores), that also shows its completions to this monitor."""
+        @functools.wraps(reward_func)
+        def watched(completions, **kwargs):
+            self.observe(completions, kwargs.get("completion_ids"))
+            return reward_func(completions, **kwargs)
+
+        return watched
+
+    def summary(self) -> dict:
+        if not self.seen:
+            return {}
+        out = {"degeneration/rate": self.degenerate / self.seen, "degeneration/mean_ratio": self.ratio_sum / self.seen}
+        if self.lengths_seen:
+            out["degeneration/clipped_ratio"] = self.clipped / self.lengths_seen
+        return out
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or not self.seen:
+            return  # nothing generated since the last log (e.g. the end-of-training summary)
+        summary = self.summary()
+        if "completions/clipped_ratio" in logs:  # the trainer's own count (EOS-aware) wins over the length count
+            summary["degeneration/clipped_ratio"] = logs["completions/clipped_ratio"]
+        logs.update(summary)
+        self._reset()
+        if self.stop_at and summary["degeneration/rate"] >= self.stop_at:
+            logs["degeneration/early_stop"] = 1
+            self.stopped_at_step = state.global_step
+            control.should_training_stop = True
+            control.should_save = True  # keep the state that degenerated, for inspection
+            self.log(f"stopping at step {state.global_step}: {summary['degeneration/rate']:.0%} of the completions "
+                     f"degenerated (>= [training] stop_on_degeneration = {self.stop_at})")

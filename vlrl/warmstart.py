@@ -1,0 +1,150 @@
+"""The warm start, decided in one place: which items it trains on, the cached warm-started local models (`tiny`,
+`tiny-small`), the checkpoint a run loads, and `vlrl sft` for any other 16-bit model.
+
+One item policy serves every path, so a warm start never trains on what the run evaluates:
+- a run on a local model warm-starts it on generated items of the run's own tasks, difficulty and image size, drawn
+  from other seeds than the run's (`seed + 10,000`); easy charts can still repeat a picture, so the held-out split
+  leaves out every item that shows a warm-start picture (`held_out_exclusions`);
+- `vlrl sft` draws the same items (for generated data) or the training part of the run's split (for a data set),
+  minus any item that shows a held-out picture, since the later run only knows the checkpoint's path.
+
+    >>> from vlrl import config
+    >>> settings(config.preset("tiny"))["items"]
+    512
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from vlrl import cache, data, prompts, sft, synthetic, tiny
+from vlrl.config import LOCAL_MODELS, RunConfig
+from vlrl.errors import ConfigError
+from vlrl.images import image_hash
+
+DEFAULT_ITEMS = {"tiny": 512, "small": 4096}  # generated items per warm start when [model] warm_start_items = 0
+DEFAULT_STEPS = 150  # `vlrl sft` steps when neither --steps nor [model] warm_start_steps says
+WARM_LR = {"tiny": 3e-3, "small": 1e-3}  # full fine-tuning of a random model: large steps; the wider model, smaller
+SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
+
+
+def settings(config: RunConfig) -> dict:
+    """The warm start a configuration asks for: model size, seed, steps, items and what they are drawn from."""
+    m, d = config.model, config.data
+    size = LOCAL_MODELS.get(m.name_or_path, "tiny")
+    return {"size": size, "seed": d.seed, "steps": m.warm_start_steps,
+            "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
+            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS)}
+
+
+def generated_items(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
+    """The generated items a warm start trains on: `n` items of the run's tasks from seeds disjoint from its own."""
+    return synthetic.generate(n, seed=seed + SEED_OFFSET, image_size=image_size, difficulty=difficulty,
+                              tasks=tasks or synthetic.TASKS)
+
+
+def items(config: RunConfig, *, exclude_held_out: bool = False) -> list[dict]:
+    """The warm start's items for a run (see the module docstring). With `exclude_held_out`, items showing a
+    picture of the run's held-out set are dropped (what `vlrl sft` trains on)."""
+    d = config.data
+    if d.source == "synthetic":
+        s = settings(config)
+        chosen = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
+        if not exclude_held_out:
+            return chosen
+        _, held_out = data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
+    else:
+        chosen, held_out = data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
+    held = {image_hash(image) for row in held_out for image in prompts.row_images(row)}
+    return [row for row in chosen if not held & {image_hash(image) for image in prompts.row_images(row)}]
+
+
+def held_out_exclusions(config: RunConfig) -> set[str]:
+    """Picture hashes the held-out set must not show: those of the warm start this run gives a local model."""
+    m = config.model
+    if m.name_or_path not in LOCAL_MODELS or not m.warm_start_steps:
+        return set()
+    return {image_hash(item["image"]) for item in items(config)}
+
+
+def model_path(config: RunConfig, log=print) -> str:
+    """The checkpoint a run loads: a local model built (and warm-started) in the cache, else name_or_path as given."""
+    m = config.model
+    if m.name_or_path not in LOCAL_MODELS:
+        return m.name_or_path
+    s = settings(config)
+    return str(ensure_tiny(seed=s["seed"], warm_start_steps=s["steps"], warm_start_items=s["items"],
+                           image_size=s["image_size"], difficulty=s["difficulty"], tasks=s["tasks"], size=s["size"],
+                           log=log))
+
+
+def _key(settings: dict) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
+                warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
+                size: str = "tiny", log=print) -> Path:
+    """The warm-started tiny (or small) model's directory, built and cached on first use.
+
+    Args:
+        cache_dir: the cache root (default `vlrl.cache.cache_dir()`).
+        seed: seeds the random weights, the generated items and the warm start.
+        warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
+        warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
+        image_size: side of the generated images.
+        difficulty: the generated items' difficulty (`vlrl.synthetic`), the run's own.
+        tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
+        size: "tiny" or "small" (see `vlrl.tiny.SIZES`).
+    """
+    cache_root = Path(cache_dir or cache.cache_dir())
+    base = tiny.ensure_base(cache_root, seed=seed, size=size, log=log)
+    if warm_start_steps <= 0:
+        return base
+    key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "image_size": image_size, "version": 1}
+    if size != "tiny":  # the tiny model's key stays as it was, so existing caches stay valid
+        key["size"] = size
+    if difficulty != 1:
+        key["difficulty"] = difficulty
+    if tasks and tuple(tasks) != synthetic.TASKS:
+        key["tasks"] = list(tasks)
+    warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
+    if (warm / "config.json").exists():
+        return warm
+    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
+    chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
+    tmp = tiny.tmp_dir(warm)
+    sft.sft(base, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size], log=log)
+    (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
+    tiny.replace_dir(tmp, warm)
+    return warm
+
+
+def sft_from_config(config: RunConfig, output_dir: str | Path, *, steps: int | None = None,
+                    learning_rate: float | None = None, batch_size: int = 16, log=print) -> Path:
+    """`vlrl sft`: the supervised warm start for the configured model, as a checkpoint RL can start from.
+
+    A local model (`tiny`, `tiny-small`) starts from its random weights, built in the cache; any other model from
+    `[model] name_or_path`. This is full fine-tuning in float32, meant for small models: 4-bit weights cannot train.
+
+    Returns:
+        `output_dir`, loadable with `[model] name_or_path = "<output_dir>"` (and warm_start_steps = 0).
+    """
+    m = config.model
+    if m.load_in_4bit:
+        raise ConfigError(f"vlrl sft fine-tunes every weight, which 4-bit weights cannot do; set [model] "
+                          f"load_in_4bit = false and point name_or_path at a 16-bit checkpoint (not "
+                          f"{m.name_or_path!r}).")
+    size = LOCAL_MODELS.get(m.name_or_path)
+    start = tiny.ensure_base(seed=config.data.seed, size=size, log=log) if size else m.name_or_path
+    chosen = items(config, exclude_held_out=True)
+    steps = steps or m.warm_start_steps or DEFAULT_STEPS
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    log(f"warm start: {steps} supervised steps on {len(chosen)} items from {start} -> {output_dir}")
+    sft.sft(start, chosen, output_dir, max_steps=steps, learning_rate=learning_rate or WARM_LR[size or "tiny"],
+            batch_size=batch_size, seed=config.training.seed, log_path=output_dir / "sft_log.jsonl", log=log)
+    log(f'train from it with [model] name_or_path = "{output_dir}" and warm_start_steps = 0')
+    return output_dir
