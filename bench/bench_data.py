@@ -37,6 +37,7 @@ import datasets
 import numpy as np
 from PIL import Image
 
+from data.make_mathvista_sample import write_hub_layout
 from vlrl import data, synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -78,20 +79,7 @@ def make_source(root: Path, n: int, seed: int = 0) -> None:
                              "metadata": {"source": "bench", "img_width": image.width, "img_height": image.height},
                              "query": item["question"]}
     (root / "json" / "testmini.json").write_text(json.dumps(records))
-    rows = [{**r, "decoded_image": {"bytes": (root / "json" / r["image"]).read_bytes(), "path": r["image"]}}
-            for r in records.values()]
-    (root / "parquet" / "data").mkdir(parents=True)
-    features = datasets.Features({
-        "pid": datasets.Value("string"), "question": datasets.Value("string"), "image": datasets.Value("string"),
-        "decoded_image": datasets.Image(), "choices": datasets.List(datasets.Value("string")),
-        "unit": datasets.Value("string"), "precision": datasets.Value("float64"), "answer": datasets.Value("string"),
-        "question_type": datasets.Value("string"), "answer_type": datasets.Value("string"),
-        "metadata": {"source": datasets.Value("string"), "img_width": datasets.Value("int64"),
-                     "img_height": datasets.Value("int64")},
-        "query": datasets.Value("string"),
-    })
-    datasets.Dataset.from_list(rows, features=features).to_parquet(
-        str(root / "parquet" / "data" / "testmini-00000-of-00001.parquet"))
+    write_hub_layout(root / "json", root / "parquet")
 
 
 def timed(fn):

@@ -44,7 +44,7 @@ def main() -> None:
     policy, processor = model.load_model(
         path, max_seq_length=conf.model.max_seq_length, backend="transformers",
         lora=model.LoraSettings(r=conf.model.lora_r, alpha=conf.model.lora_alpha))
-    _, held_out = data.split_holdout(run.load_rows(conf.data), conf.data.hold_out, seed=conf.data.seed)
+    _, held_out = data.split_holdout(data.load_rows(conf.data), conf.data.hold_out, seed=conf.data.seed)
     rows = prompts.to_dataset(held_out[: args.items] if args.items else held_out)
     max_new_tokens = conf.eval.max_new_tokens
 

@@ -1,6 +1,7 @@
 """Draws data/mathvista_sample/: 40 items in MathVista's own JSON layout, drawn here (nothing copied from MathVista).
 
-    python data/make_mathvista_sample.py          # rewrites testmini.json and images/ deterministically
+    python data/make_mathvista_sample.py                  # rewrites testmini.json and images/ deterministically
+    python data/make_mathvista_sample.py --hub /tmp/mv    # also writes the sample in the hub's parquet layout
 
 The layout is MathVista's: `testmini.json` keyed by pid, each record with `image: "images/<pid>.<ext>"`, question,
 choices, unit, precision, answer, question_type, answer_type, metadata and query. The mix is MathVista's too, so a
@@ -11,10 +12,14 @@ load exercises every path of `vlrl.data.load_mathvista`:
 - multi-choice items whose options are numbers (kept under numeric_only, their prompt shows the options);
 - multi-choice items with text options, free-form text and list answers (skipped and counted under numeric_only);
 - images of several sizes (not square), PNG (palette and RGBA) and JPEG (RGB, grayscale, CMYK).
+
+`write_hub_layout` rewrites a data set in that JSON layout as AI4Math/MathVista's hub layout (parquet with the image
+bytes in `decoded_image`, the columns of `hub_features()`); the tests and bench/bench_data.py load both layouts.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
 import sys
@@ -121,7 +126,41 @@ def synthetic_items(rng: random.Random) -> list[dict]:
     return items
 
 
+def hub_features():
+    """AI4Math/MathVista's columns on the hub, as `datasets.Features` (metadata keys a record lacks are null)."""
+    import datasets
+
+    text = datasets.Value("string")
+    return datasets.Features({
+        "pid": text, "question": text, "image": text, "decoded_image": datasets.Image(),
+        "choices": datasets.List(text), "unit": text, "precision": datasets.Value("float64"), "answer": text,
+        "question_type": text, "answer_type": text,
+        "metadata": {"split": text, "source": text, "task": text, "context": text, "grade": text,
+                     "img_width": datasets.Value("int64"), "img_height": datasets.Value("int64"), "language": text,
+                     "skills": datasets.List(text), "category": text},
+        "query": text,
+    })
+
+
+def write_hub_layout(json_dir: Path, out_dir: Path, split: str = "testmini") -> Path:
+    """Rewrites `json_dir/<split>.json` (MathVista's JSON layout) as the hub's layout under `out_dir`:
+    data/<split>-00000-of-00001.parquet, each record's image file read into `decoded_image`. Returns that file."""
+    import datasets
+
+    json_dir, out_dir = Path(json_dir), Path(out_dir)
+    records = json.loads((json_dir / f"{split}.json").read_text())
+    rows = [{**r, "decoded_image": {"bytes": (json_dir / r["image"]).read_bytes(), "path": r["image"]}}
+            for r in records.values()]
+    path = out_dir / "data" / f"{split}-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_list(rows, features=hub_features()).to_parquet(str(path))
+    return path
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hub", type=Path, help="also write the sample in the hub's parquet layout here")
+    args = parser.parse_args()
     rng = random.Random(SEED)
     items = synthetic_items(rng) + extra_items(rng)
     order = list(range(len(items)))
@@ -166,6 +205,8 @@ def main() -> None:
     (OUT / "testmini.json").write_text(json.dumps(records, indent=2) + "\n")
     size = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"{len(records)} items, {size / 1024:.0f} KiB -> {OUT}")
+    if args.hub:
+        print(f"hub layout -> {write_hub_layout(OUT, args.hub)}")
 
 
 if __name__ == "__main__":

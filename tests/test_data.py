@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from data.make_mathvista_sample import write_hub_layout  # the sample's script: the root is on the path
 from vlrl import answers, data, prompts, synthetic
+from vlrl.config import DataConfig
 from vlrl.data import SAMPLE_DIR, DataError, DataReport
 
 SAMPLE = json.loads((SAMPLE_DIR / "testmini.json").read_text())
@@ -40,23 +42,7 @@ def sample(cache):
 def hub_layout(tmp_path_factory):
     """The bundled sample rewritten as MathVista's hub layout: data/testmini-*.parquet with `decoded_image`."""
     root = tmp_path_factory.mktemp("mathvista-hub")
-    records = [{**r, "decoded_image": {"bytes": (SAMPLE_DIR / r["image"]).read_bytes(), "path": r["image"]},
-                "precision": r["precision"], "unit": r["unit"]} for r in SAMPLE.values()]
-    features = datasets.Features({
-        "pid": datasets.Value("string"), "question": datasets.Value("string"), "image": datasets.Value("string"),
-        "decoded_image": datasets.Image(), "choices": datasets.List(datasets.Value("string")),
-        "unit": datasets.Value("string"), "precision": datasets.Value("float64"), "answer": datasets.Value("string"),
-        "question_type": datasets.Value("string"), "answer_type": datasets.Value("string"),
-        "metadata": {"split": datasets.Value("string"), "source": datasets.Value("string"),
-                     "task": datasets.Value("string"), "context": datasets.Value("string"),
-                     "grade": datasets.Value("string"), "img_width": datasets.Value("int64"),
-                     "img_height": datasets.Value("int64"), "language": datasets.Value("string"),
-                     "skills": datasets.List(datasets.Value("string")), "category": datasets.Value("string")},
-        "query": datasets.Value("string"),
-    })
-    (root / "data").mkdir()
-    datasets.Dataset.from_list(records, features=features).to_parquet(
-        str(root / "data" / "testmini-00000-of-00001.parquet"))
+    write_hub_layout(SAMPLE_DIR, root)
     return root
 
 
@@ -342,12 +328,21 @@ def test_split_holdout_dataset(sample):
     data.check_disjoint(prompts.to_dataset(train), prompts.to_dataset(held))
 
 
+def test_load_rows_picks_the_loader_from_the_source(sample, geo3k_layout):
+    ds, _ = sample
+    rows, report = data.load_rows(DataConfig(source=str(SAMPLE_DIR), image_size=64), return_report=True)
+    assert rows["id"] == ds["id"] and (report.source, report.split) == (str(SAMPLE_DIR), "testmini")
+    assert [data.loader_name(s) for s in ("synthetic", geo3k_layout, SAMPLE_DIR)] == ["synthetic", "geo3k", "mathvista"]
+    assert data.LOADERS["geo3k"] is data.load_geo3k
+
+
 def test_guard_refuses_training_on_eval_items():
     items = synthetic.generate(6, image_size=32)
-    with pytest.raises(ValueError, match="training items are in the eval set"):
+    assert issubclass(DataError, ValueError)  # code that catches ValueError keeps catching these
+    with pytest.raises(DataError, match="training items are in the eval set"):
         data.check_disjoint(items[:4], items[3:])
     renamed = [{**items[4], "id": "renamed"}]
-    with pytest.raises(ValueError, match="show a picture of the eval set"):
+    with pytest.raises(DataError, match="show a picture of the eval set"):
         data.check_disjoint(items[:3] + renamed, items[4:])
-    with pytest.raises(ValueError, match="must be at least 1 and smaller"):
+    with pytest.raises(DataError, match="must be at least 1 and smaller"):
         data.split_holdout(items, n=6)

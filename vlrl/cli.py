@@ -172,14 +172,18 @@ def cmd_data_inspect(args) -> int:
         raise ConfigError("vlrl data inspect needs a source (a hub id, a directory or file, or 'synthetic') or "
                           "--config / --preset to show a run's items.")
     processor = _processor(args.processor)
-    options = {"image_size": args.image_size or None, "return_report": True, "log": lambda _: None}
-    if args.source != "synthetic":
-        options.update(numeric_only=not args.all_answers, keep_aspect=args.keep_aspect, max_images=args.max_images)
-    if args.loader == "generic":
-        options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
-                       id_key=args.id_key, system_prompt=args.system_prompt)
-    rows, report = data.load_source(args.source, split=args.split, loader=args.loader,
-                                    num_items=args.num_items, tasks=args.tasks, **options)
+    loader = data.loader_name(args.source) if args.loader == "auto" else args.loader
+    if loader == "synthetic":
+        rows, report = data.load_synthetic(args.num_items, image_size=args.image_size or 128, tasks=args.tasks,
+                                           return_report=True)
+    else:
+        options = {"numeric_only": not args.all_answers, "image_size": args.image_size or None,
+                   "keep_aspect": args.keep_aspect, "max_images": args.max_images, "log": lambda _: None}
+        if loader == "generic":
+            options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
+                           id_key=args.id_key, system_prompt=args.system_prompt)
+        split = {"split": args.split} if args.split else {}  # each loader's own default split otherwise
+        rows, report = data.LOADERS[loader](args.source, return_report=True, **split, **options)
     shown = prompts.to_dataset(rows)
     if processor is not None and args.max_prompt_tokens:
         shown, _ = prompts.filter_by_length(shown, processor, args.max_prompt_tokens, report=report, part="all")

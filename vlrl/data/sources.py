@@ -1,0 +1,130 @@
+"""Reading a source: a hub id, a local directory or file, a `datasets.Dataset` or a list of dicts -> raw rows.
+
+Raw rows are the source's own columns, not yet checked or converted (`vlrl.data.canonical` does that). A local
+directory is either the hub's layout (parquet/arrow data files) or MathVista's own JSON layout: `<split>.json`
+keyed by pid (or a list), or `<split>.jsonl`, with image paths relative to the directory.
+
+    >>> read_source([{"question": "How many?", "answer": "3", "image": "images/1.png"}], "train", cache_dir=None)
+    ([{'question': 'How many?', 'answer': '3', 'image': 'images/1.png'}], None)
+
+A source that cannot be read at all is a `DataError` that says what to do:
+
+    >>> read_source("./no/such/dir", "train", cache_dir=None)
+    Traceback (most recent call last):
+    ...
+    vlrl.errors.DataError: './no/such/dir' is neither a directory nor a file; give a local path that exists or ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from vlrl.errors import DataError
+
+
+def source_name(source) -> str:
+    """How a source is named in reports and messages: its path or hub id, else `<its type>`."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return f"<{type(source).__name__}>"
+
+
+def read_source(source, split: str, cache_dir: str | None):
+    """The raw rows of a source and the directory its image paths are relative to (None: not a local source).
+
+    Returns a `datasets.Dataset` (disk-backed when it comes from files, so preprocessing is cached) or a list of
+    dicts (in-memory rows, which may mix image forms Arrow cannot hold in one column).
+
+    Raises:
+        DataError: the source is of an unknown type, a path that does not exist, or not loadable.
+    """
+    import datasets
+
+    if isinstance(source, datasets.Dataset):
+        return source, None
+    if isinstance(source, datasets.DatasetDict):
+        if split not in source:
+            raise DataError(f"the DatasetDict has no split {split!r}; its splits are {sorted(source)}.")
+        return source[split], None
+    if isinstance(source, (list, tuple)):
+        return list(source), None
+    if not isinstance(source, (str, os.PathLike)):
+        raise DataError(f"a data source must be a hub id, a path, a datasets.Dataset or a list of dicts, "
+                        f"not {type(source).__name__}.")
+    path = Path(source)
+    if path.is_file():
+        if path.suffix in (".json", ".jsonl"):
+            return _json_dataset(path, cache_dir), path.parent.resolve()
+        return _load_dataset(path.suffix.lstrip("."), split, cache_dir, data_files={split: str(path)}), \
+            path.parent.resolve()
+    if path.is_dir():
+        for candidate in (path / f"{split}.json", path / f"{split}.jsonl"):
+            if candidate.is_file():  # MathVista's own layout
+                return _json_dataset(candidate, cache_dir), path.resolve()
+        return _load_dataset(str(path), split, cache_dir), path.resolve()
+    text = os.fspath(source)
+    if text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith((".json", ".jsonl", ".parquet")):
+        raise DataError(f"{text!r} is neither a directory nor a file; give a local path that exists "
+                        "or a hub id such as 'AI4Math/MathVista'.")
+    return _load_dataset(text, split, cache_dir), None  # a hub id
+
+
+def _load_dataset(path: str, split: str, cache_dir, **kwargs):
+    """`datasets.load_dataset`, with its errors turned into a DataError that says what to do."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(path, split=split, cache_dir=cache_dir, **kwargs)
+    except Exception as err:
+        local = Path(path).exists()
+        hint = ("a local directory must hold <split>.json / <split>.jsonl (MathVista's layout) or data files named "
+                f"like {split}-00000-of-00001.parquet (the hub's layout)" if local else
+                "a hub id needs network access, or the data set in the datasets cache (HF_DATASETS_CACHE); "
+                "offline, download it once elsewhere and pass its local directory")
+        raise DataError(f"could not load {path!r} (split {split!r}): {type(err).__name__}: {err}. Note: {hint}.") \
+            from err
+
+
+def _json_dataset(path: Path, cache_dir):
+    """MathVista's JSON layout (`<split>.json` keyed by pid, or a list; `<split>.jsonl`) as a cached Dataset.
+
+    Each record is kept as one JSON value, so a record of odd types (an int answer among strings) or a line that
+    does not parse becomes one counted skip instead of an Arrow type error that stops the load.
+    """
+    import datasets
+
+    # The cache key covers the JSON file and every file beside it (the images): an edit invalidates the cache.
+    stamp = hashlib.sha256()
+    for entry in sorted(p for p in path.parent.rglob("*") if p.is_file()):
+        info = entry.stat()
+        stamp.update(f"{entry.relative_to(path.parent)}:{info.st_size}:{info.st_mtime_ns};".encode())
+    return datasets.Dataset.from_generator(
+        _json_records, gen_kwargs={"path": str(path.resolve()), "stamp": stamp.hexdigest()},
+        features=datasets.Features({"record": datasets.Json()}), cache_dir=cache_dir)
+
+
+def _json_records(path: str, stamp: str):
+    text = Path(path).read_text(encoding="utf-8")
+    if path.endswith(".jsonl"):
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    yield {"record": json.loads(line)}
+                except json.JSONDecodeError as err:
+                    yield {"record": {"__invalid__": f"line {number}: {err}"}}
+        return
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path} is not valid JSON ({err}); MathVista's layout is one object keyed by pid.") from None
+    if isinstance(data, dict):
+        for pid, record in data.items():
+            yield {"record": {"pid": pid, **record} if isinstance(record, dict) else {"__invalid__": f"pid {pid}"}}
+    elif isinstance(data, list):
+        for record in data:
+            yield {"record": record}
+    else:
+        raise DataError(f"{path} holds a JSON {type(data).__name__}; expected an object keyed by pid or a list.")

@@ -1,0 +1,104 @@
+"""The hold-out split: train and eval rows disjoint by id and by picture, and the check that they stay so.
+
+Nothing trains on an eval item: `split_holdout` drops (and counts) every training row that shares an id or a
+picture with the held-out set, and `check_disjoint` refuses, with a `DataError`, final datasets that overlap.
+"""
+
+from __future__ import annotations
+
+import random
+
+from vlrl.data.report import DataReport
+from vlrl.errors import DataError
+from vlrl.images import image_hash
+from vlrl.prompts import row_images
+
+
+def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | None = None,
+                  exclude_images: set[str] = frozenset()):
+    """Splits rows into (train, held_out) with `n` held-out items, disjoint by id and by image content.
+
+    Training rows whose id or picture also appears in the held-out set are dropped (and counted), so no eval item
+    or eval picture is ever trained on.
+
+    Args:
+        rows: canonical rows, a list or a `datasets.Dataset` (the result has the same type).
+        n: held-out items.
+        seed: the shuffle seed.
+        report: a DataReport to record the split in.
+        exclude_images: picture hashes (`image_hash`) the model has already trained on (a warm start's): rows showing
+            one are never held out, only trained on; counted as `eval_excluded_seen_image`.
+
+    Returns:
+        (train, held_out), of the type of `rows`.
+
+    Raises:
+        DataError: `n` is not smaller than the data set, or too few rows show a picture the model has not seen.
+
+    >>> from vlrl import synthetic
+    >>> train, held = split_holdout(synthetic.generate(20, image_size=32), n=5)
+    >>> len(held), {r["id"] for r in train} & {r["id"] for r in held}
+    (5, set())
+    """
+    if not 0 < n < len(rows):
+        raise DataError(f"hold_out ({n}) must be at least 1 and smaller than the data set ({len(rows)} rows); "
+                        "lower hold_out or load more items.")
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    ids = _ids(rows)
+    hashes = [_row_hashes(row) for row in rows]  # one sequential pass: each picture decoded once
+    seen = [i for i in order if hashes[i] & exclude_images]
+    held_idx = [i for i in order if not hashes[i] & exclude_images][:n]
+    if len(held_idx) < n:
+        raise DataError(f"hold_out ({n}) needs {n} rows whose pictures the model has not trained on, and only "
+                        f"{len(held_idx)} of {len(rows)} are ({len(seen)} show a warm-start picture); load more "
+                        "items or lower hold_out.")
+    held = set(held_idx)
+    order = held_idx + [i for i in order if i not in held]
+    held_ids = {ids[i] for i in held_idx}
+    held_images = set().union(*(hashes[i] for i in held_idx))
+    train_idx, same_id, same_image = [], 0, 0
+    for i in order[n:]:
+        if ids[i] in held_ids:
+            same_id += 1
+        elif hashes[i] & held_images:
+            same_image += 1
+        else:
+            train_idx.append(i)
+    if report is not None:
+        report.hold_out = {"n": n, "seed": seed, "train": len(train_idx), "eval": n,
+                           "train_dropped_same_id": same_id, "train_dropped_same_image": same_image,
+                           "eval_excluded_seen_image": len(seen)}
+    if isinstance(rows, list):
+        return [rows[i] for i in train_idx], [rows[i] for i in held_idx]
+    return rows.select(train_idx), rows.select(held_idx)
+
+
+def check_disjoint(train_rows, eval_rows) -> None:
+    """Refuses to train on eval items: raises DataError naming the overlapping ids or pictures.
+
+    >>> check_disjoint([{"id": "a"}], [{"id": "a"}])
+    Traceback (most recent call last):
+    ...
+    vlrl.errors.DataError: 1 training items are in the eval set (e.g. ['a']); ...
+    """
+    overlap = set(_ids(train_rows)) & set(_ids(eval_rows))
+    if overlap:
+        raise DataError(f"{len(overlap)} training items are in the eval set (e.g. {sorted(overlap)[:3]}); "
+                        "split with vlrl.data.split_holdout and train on its first part only.")
+    eval_images = {}
+    for row in eval_rows:
+        for h in _row_hashes(row):
+            eval_images.setdefault(h, row["id"])
+    shared = [(r["id"], eval_images[h]) for r in train_rows for h in _row_hashes(r) if h in eval_images]
+    if shared:
+        raise DataError(f"{len(shared)} training items show a picture of the eval set (e.g. train {shared[0][0]!r} = "
+                        f"eval {shared[0][1]!r}); split with vlrl.data.split_holdout, which drops them from training.")
+
+
+def _row_hashes(row: dict) -> set[str]:
+    return {image_hash(image) for image in row_images(row)}
+
+
+def _ids(rows) -> list:
+    return list(rows["id"]) if hasattr(rows, "column_names") else [r["id"] for r in rows]  # no image decoding
