@@ -20,7 +20,7 @@ $(VENV)/.gguf: $(BIN)/vlrl
 	touch $@
 
 demo: install
-	$(BIN)/vlrl run --preset tiny --output-dir $(RUN_DIR)
+	$(BIN)/vlrl run --preset tiny --run-dir $(RUN_DIR)
 
 # The browser reward calculator's runtime (Pyodide, from npm) and, for its test, headless Chromium (Debian).
 calculator:

@@ -133,7 +133,7 @@ def main() -> None:
 
         from transformers import AutoProcessor
 
-        from vlrl.tiny import ensure_tiny
+        from vlrl.warmstart import ensure_tiny
 
         processor = AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
         subset = ds.select(range(min(args.length_items, len(ds))))

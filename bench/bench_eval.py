@@ -37,10 +37,10 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, data, evaluate, model, prompts, run
+    from vlrl import config, data, evaluate, model, prompts, warmstart
 
     conf = config.preset("tiny")
-    path = run.resolve_model_path(conf.model, conf.data, log=lambda *_: None)
+    path = warmstart.model_path(conf, log=lambda *_: None)
     policy, processor = model.load_model(
         path, max_seq_length=conf.model.max_seq_length, backend="transformers",
         lora=model.LoraSettings(r=conf.model.lora_r, alpha=conf.model.lora_alpha))

@@ -47,7 +47,7 @@ def main() -> None:
         run_seconds = None
         if not args.run_dir:
             started = time.perf_counter()
-            assert vlrl(["run", "--preset", "tiny", "--output-dir", str(run_dir)]) == 0
+            assert vlrl(["run", "--preset", "tiny", "--run-dir", str(run_dir)]) == 0
             run_seconds = round(time.perf_counter() - started, 1)
         adapter = run_dir / "adapter"
         export.llama_cpp_tools()  # a one-time fetch is not an export's time

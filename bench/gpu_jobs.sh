@@ -21,7 +21,7 @@ learn() {  # learn CONFIG: one learning run, its sampled evals and comparison, p
   rm -rf "$dir"  # a fresh run directory: never reuse records of an earlier run
   # Side-by-side runs share 16 cores: 16 OpenMP threads each spun 50x slower (2.5 s per warm-start step).
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
-  timeout ${LEARN_TIMEOUT:-480} python3 -m vlrl run --config "$config" --output-dir "$dir" > /tmp/results/$name.log 2>&1
+  timeout ${LEARN_TIMEOUT:-480} python3 -m vlrl run --config "$config" --run-dir "$dir" > /tmp/results/$name.log 2>&1
   local rc=$?
   if [ -f "$dir/adapter/adapter_config.json" ]; then  # the same held-out items, sampled at temperature 1, seed 0
     python3 -m vlrl eval "$dir" --sample --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1
@@ -39,8 +39,8 @@ pids=()
 for job in "$@"; do
   case "$job" in
     tiny-gpu)
-      ( python3 -c "from vlrl.tiny import ensure_tiny; ensure_tiny(warm_start_steps=150, image_size=64)" > /dev/null 2>&1
-        timeout ${JOB_TIMEOUT:-300} python3 -m vlrl train --preset tiny-gpu --output-dir /tmp/tiny-gpu > /tmp/results/tiny-gpu.log 2>&1
+      ( python3 -c "from vlrl.warmstart import ensure_tiny; ensure_tiny(warm_start_steps=150, image_size=64)" > /dev/null 2>&1
+        timeout ${JOB_TIMEOUT:-300} python3 -m vlrl train --preset tiny-gpu --run-dir /tmp/tiny-gpu > /tmp/results/tiny-gpu.log 2>&1
         echo "== tiny-gpu rc=$?"; clean_log /tmp/results/tiny-gpu.log 4
         cp /tmp/tiny-gpu/train_log.jsonl /tmp/results/tiny-gpu_train_log.jsonl 2>/dev/null
         cp /tmp/tiny-gpu/grpo_config.json /tmp/results/tiny-gpu_grpo_config.json 2>/dev/null ) &

@@ -5,7 +5,7 @@
 #   bash bench/time_tiny_run.sh [RUN_DIR]
 set -euo pipefail
 RUN_DIR=${1:-$(mktemp -d)/tiny}
-/usr/bin/time -f "wall %e s  user %U s  sys %S s" python -m vlrl run --preset tiny --output-dir "$RUN_DIR" 2>&1 \
+/usr/bin/time -f "wall %e s  user %U s  sys %S s" python -m vlrl run --preset tiny --run-dir "$RUN_DIR" 2>&1 \
   | grep -E "^wall|done in"
 python - "$RUN_DIR" <<'PY'
 import json, sys

@@ -25,7 +25,7 @@ from pathlib import Path
 import unsloth  # noqa: F401  (before trl: it replaces trl.GRPOConfig)
 import trl
 
-from vlrl import config as cfg
+from vlrl import recipe as gspo
 
 
 def signature_default(cls, field):
@@ -43,7 +43,7 @@ def main(output: Path) -> int:
     unsloth_cls = trl.GRPOConfig
     trl_cls = next(c for c in unsloth_cls.__mro__[1:] if c.__name__ == "GRPOConfig")
     failures, report = [], {"unsloth_class": f"{unsloth_cls.__module__}.{unsloth_cls.__name__}", "defaults": {}}
-    for field, (trl_expected, unsloth_expected) in cfg.BACKEND_DEFAULTS.items():
+    for field, (trl_expected, unsloth_expected) in gspo.BACKEND_DEFAULTS.items():
         found = {"trl": plain(signature_default(trl_cls, field)), "unsloth": plain(signature_default(unsloth_cls, field))}
         report["defaults"][field] = {**found, "table": [trl_expected, unsloth_expected]}
         if [found["trl"], found["unsloth"]] != [trl_expected, unsloth_expected]:
@@ -64,8 +64,8 @@ def main(output: Path) -> int:
                 failures.append(f"{name}: {field} resolved to {got}")
 
         report["recipes"] = {}
-        for recipe in cfg.RECIPES:
-            values = cfg.gspo_values(recipe, output_dir=tmp)
+        for recipe in gspo.RECIPES:
+            values = gspo.gspo_values(recipe, output_dir=tmp)
             built = {"trl": trl_cls(**values), "unsloth": unsloth_cls(**values)}
             differ = {k: {b: plain(getattr(c, k)) for b, c in built.items()} for k in values
                       if plain(getattr(built["trl"], k)) != plain(getattr(built["unsloth"], k))}

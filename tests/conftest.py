@@ -18,7 +18,7 @@ TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset 
 @pytest.fixture(scope="session")
 def tiny_base_dir() -> Path:
     """The random tiny Qwen3-VL (no warm start)."""
-    from vlrl.tiny import ensure_tiny
+    from vlrl.warmstart import ensure_tiny
 
     return ensure_tiny(warm_start_steps=0)
 
@@ -26,7 +26,7 @@ def tiny_base_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
     """The warm-started tiny Qwen3-VL, as the tiny preset uses it."""
-    from vlrl.tiny import ensure_tiny
+    from vlrl.warmstart import ensure_tiny
 
     return ensure_tiny(**TINY_WARM)
 
@@ -52,5 +52,5 @@ def tiny_run(tmp_path_factory, tiny_dir) -> Path:
     from vlrl.cli import main
 
     out = tmp_path_factory.mktemp("run") / "demo"
-    assert main(["run", "--preset", "tiny", "--output-dir", str(out)]) == 0
+    assert main(["run", "--preset", "tiny", "--run-dir", str(out)]) == 0
     return out

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from vlrl import config as cfg
+from vlrl import recipe as gspo
 from vlrl.cli import main
 from vlrl.rewards import REWARD_WEIGHTS
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_gspo_config_reproduces_the_recipe(tmp_path):
-    args = cfg.gspo_config(str(tmp_path))
+    args = gspo.gspo_config(str(tmp_path))
     assert args.learning_rate == 5e-6
     assert args.lr_scheduler_type.value == "cosine"
     assert args.optim.value == "adamw_torch"  # no CUDA / bitsandbytes here; adamw_8bit on a GPU
@@ -28,12 +29,12 @@ def test_gspo_config_reproduces_the_recipe(tmp_path):
 
 
 def test_gspo_config_overrides_win(tmp_path):
-    args = cfg.gspo_config(str(tmp_path), learning_rate=1e-5, num_generations=8, loss_type="grpo")
+    args = gspo.gspo_config(str(tmp_path), learning_rate=1e-5, num_generations=8, loss_type="grpo")
     assert (args.learning_rate, args.num_generations, args.loss_type) == (1e-5, 8, "grpo")
 
 
 def test_gspo_paper_recipe_is_trls_documented_gspo_with_the_same_rollout(tmp_path):
-    paper = cfg.gspo_config(str(tmp_path), recipe="gspo-paper")
+    paper = gspo.gspo_config(str(tmp_path), recipe="gspo-paper")
     assert (paper.loss_type, paper.importance_sampling_level, paper.scale_rewards) == ("grpo", "sequence", "group")
     assert (paper.epsilon, paper.epsilon_high, paper.beta) == (3e-4, 4e-4, 0.0)
     # each rollout of 32 completions becomes 4 optimizer steps of 8 (TRL: accumulation 1, steps_per_generation 4)
@@ -45,15 +46,15 @@ def _trl_default(field, trl_config):
     return getattr(value, "value", value)  # enums (optim) compare by their string
 
 
-@pytest.mark.parametrize("field", sorted(cfg.BACKEND_DEFAULTS))
+@pytest.mark.parametrize("field", sorted(gspo.BACKEND_DEFAULTS))
 def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_path):
     from trl import GRPOConfig
 
-    trl_default, _ = cfg.BACKEND_DEFAULTS[field]  # the Unsloth column: bench/unsloth_defaults.py, on a GPU
+    trl_default, _ = gspo.BACKEND_DEFAULTS[field]  # the Unsloth column: bench/unsloth_defaults.py, on a GPU
     # the TRL column is what the installed TRL really defaults to
     assert _trl_default(field, GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)) == trl_default
-    for recipe in cfg.RECIPES:
-        assert field in cfg.gspo_values(recipe), f"gspo_values({recipe!r}) leaves {field} to the backend's default"
+    for recipe in gspo.RECIPES:
+        assert field in gspo.gspo_values(recipe), f"gspo_values({recipe!r}) leaves {field} to the backend's default"
 
 
 def test_recipe_values_are_what_the_trainer_receives(tmp_path):
@@ -162,7 +163,7 @@ def test_qwen3_vl_presets_carry_the_recipe(size):
     assert (m.load_in_4bit, m.max_seq_length, m.lora_r, m.lora_alpha) == (four_bit, 16384, 16, 16)
     assert (m.finetune_vision_layers, m.train_projector, m.backend) == (False, False, "auto")
     assert d.max_prompt_tokens == 1024 and d.source == "AI4Math/MathVista"
-    recipe = cfg.gspo_values()
+    recipe = gspo.gspo_values()
     for key in ("learning_rate", "num_generations", "max_completion_length", "num_train_epochs", "temperature"):
         assert getattr(t, key) == recipe[key], key
     assert t.recipe == "gspo"
@@ -187,3 +188,72 @@ def test_tiny_gpu_preset_is_the_tiny_preset_on_unsloth():
     assert gpu["model"].pop("backend") == "unsloth" and tiny["model"].pop("backend") == "auto"
     assert (gpu.pop("name"), tiny.pop("name")) == ("tiny-gpu", "tiny")
     assert gpu == tiny
+
+
+def test_every_problem_is_reported_in_one_pass(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text("[training]\nnum_generation = 4\nlearning_rate = 2.0\ntemperature = 0.0\n"
+                    "[model]\nlora_r = \"16\"\n[data]\ndifficulty = 4\n")
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.load(path)
+    assert len(err.value.problems) == 5, err.value.problems
+    for word in ("num_generation", "learning_rate = 2.0", "temperature = 0.0", "lora_r = '16'", "difficulty = 4"):
+        assert word in str(err.value)
+    assert main(["validate", str(path)]) == 1
+    printed = capsys.readouterr().err
+    assert "5 problems" in printed and all(w in printed for w in ("num_generation", "difficulty = 4"))
+
+
+def test_validate_takes_a_preset_name_and_overrides(capsys):
+    assert main(["validate", "qwen3-vl-8b-mathvista"]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert main(["validate", "tiny", "--set", "training.num_generations=3"]) == 1
+    assert "num_generations = 3" in capsys.readouterr().err
+    assert main(["validate", "tiny-gpuu"]) == 1
+    assert "Did you mean 'tiny-gpu'" in capsys.readouterr().err
+
+
+def test_set_overrides_land_in_the_config():
+    config = cfg.preset("tiny", overrides=["training.max_steps=3", "training.learning_rate=1e-4", "name=quick",
+                                           "data.tasks=['count', 'bar_value']", 'export.formats=["lora", "gguf"]',
+                                           "model.name_or_path=tiny-small"])  # a bare word is a string
+    assert (config.training.max_steps, config.training.learning_rate, config.name) == (3, 1e-4, "quick")
+    assert (config.data.tasks, config.export.formats) == (["count", "bar_value"], ["lora", "gguf"])
+    assert config.model.name_or_path == "tiny-small"
+
+
+@pytest.mark.parametrize("override,words", [
+    ("training.max_step=3", ["max_step", "Did you mean 'max_steps'"]),
+    ("training.max_steps=three", ["max_steps = 'three'", "an integer"]),
+    ("traning.seed=1", ["[traning]", "Did you mean 'training'"]),
+    ("training.max_steps", ["section.key=value"]),
+])
+def test_set_overrides_are_validated_like_the_file(override, words, capsys):
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.preset("tiny", overrides=[override])
+    assert all(word in str(err.value) for word in words), str(err.value)
+    assert main(["run", "--preset", "tiny", "--set", override]) == 1  # refused before anything loads
+    printed = capsys.readouterr().err
+    assert all(word in printed for word in words), printed
+
+
+def test_batch_rule_counts_the_processes():
+    config = cfg.preset("tiny")  # 8 per device x 1 accumulation, 4 generations
+    config.training.num_generations = 16
+    with pytest.raises(cfg.ConfigError, match=r"x 1 process x gradient_accumulation_steps 1 = 8\) must be a multiple"):
+        cfg.validate(config, num_processes=1)
+    cfg.validate(config, num_processes=2)  # 8 x 2 processes = 16: whole groups again
+    config.training.num_generations, config.training.generation_batch_size = 4, 8
+    cfg.validate(config, num_processes=1)
+    with pytest.raises(cfg.ConfigError, match=r"x 3 processes = 24\) and num_generations \(4\), e.g. 24"):
+        cfg.validate(config, num_processes=3)
+
+
+def test_reward_set_is_chosen_in_the_run_file(tmp_path):
+    from vlrl import rewards
+
+    config = cfg.preset("tiny", overrides=["training.reward=\"symbolic\""])
+    assert config.training.reward == "symbolic"
+    with pytest.raises(cfg.ConfigError, match="reward = 'symbolc'.*Did you mean 'symbolic'"):
+        cfg.preset("tiny", overrides=["training.reward=symbolc"])
+    assert [f.__name__ for f in rewards.reward_funcs(symbolic=True)][1] == "symbolic_correctness_reward"

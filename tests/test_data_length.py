@@ -19,7 +19,7 @@ def processor():
     """The tiny Qwen3-VL processor (Qwen3-VL's image settings and token ids), from the cached random base model."""
     from transformers import AutoProcessor
 
-    from vlrl.tiny import ensure_tiny
+    from vlrl.warmstart import ensure_tiny
 
     return AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
 

@@ -37,7 +37,7 @@ def run_dir(tmp_path_factory):
                           "finish_reason": "stop", "metadata": {"task": item["metadata"]["task"]}}
                 f.write(json.dumps(record) + "\n")
                 evaluate.save_images(row, run_dir / "eval_images")
-    # train_log.jsonl rows in the shape TRL's GRPOTrainer logs them (see vlrl.train.JsonlLogger)
+    # train_log.jsonl rows in the shape TRL's GRPOTrainer logs them (see vlrl.callbacks.JsonlLogger)
     with (run_dir / "train_log.jsonl").open("w") as f:
         for step in range(1, 6):
             f.write(json.dumps({"step": step, "loss": 0.01, "reward": 0.3 + 0.1 * step,

@@ -68,7 +68,7 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
     from vlrl.evaluate import read_records
 
     out = tmp_path / "eval_adapter.jsonl"
-    assert main(["eval", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
+    assert main(["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
     after, again = read_records(run_dir / "eval_after.jsonl"), read_records(out)
     assert [r["id"] for r in again] == [r["id"] for r in after]  # the same held-out items, from config.toml alone
     assert [r["completion"] for r in again] == [r["completion"] for r in after]  # greedy: the same model, same text
@@ -93,15 +93,16 @@ def test_vlrl_eval_sample_draws_reproducible_samples_and_records_the_task(run_di
 
 def test_a_run_directory_holds_one_configuration(tmp_path):
     from vlrl import config
-    from vlrl.run import start_run_dir
+    from vlrl.errors import RunDirError
+    from vlrl.run import start
 
     tiny = config.preset("tiny")
-    run_dir = start_run_dir(tiny, tmp_path / "run")
+    run_dir = start(tiny, tmp_path / "run").path
     assert config.load(run_dir / "config.toml") == tiny
-    assert start_run_dir(tiny, run_dir) == run_dir  # the same configuration continues in its directory
+    assert start(tiny, run_dir).path == run_dir  # the same configuration continues in its directory
     other = config.preset("tiny")
     other.training.max_steps = 2
-    with pytest.raises(config.ConfigError, match="holds a run with a different configuration") as refused:
-        start_run_dir(other, run_dir)
+    with pytest.raises(RunDirError, match="holds a run with a different configuration") as refused:
+        start(other, run_dir)
     assert "[training] max_steps: 8 -> 2" in str(refused.value)  # it says what changed
     assert config.load(run_dir / "config.toml") == tiny  # left as it was

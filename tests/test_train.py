@@ -13,8 +13,8 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
+from vlrl import callbacks, data, model, prompts, rewards, sft, synthetic, train, warmstart
 from vlrl import config as cfg
-from vlrl import data, model, prompts, rewards, synthetic, train
 from vlrl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,11 +95,11 @@ def test_killed_and_resumed_run_ends_with_the_same_adapter_as_an_uninterrupted_o
     run_file = tmp_path / "run.toml"
     run_file.write_text(cfg.to_toml(tiny_config(max_steps=4, save_steps=2, max_completion_length=24)))
     whole, killed = tmp_path / "whole", tmp_path / "killed"
-    assert main(["train", "--config", str(run_file), "--output-dir", str(whole)]) == 0
+    assert main(["train", "--config", str(run_file), "--run-dir", str(whole)]) == 0
 
     # the same command in another process, killed (SIGKILL) as soon as checkpoint-2 is complete
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "vlrl", "train", "--config", str(run_file), "--output-dir",
+    process = subprocess.Popen([sys.executable, "-m", "vlrl", "train", "--config", str(run_file), "--run-dir",
                                 str(killed)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     done = killed / "checkpoints" / "checkpoint-2" / "trainer_state.json"
     while not done.exists() and process.poll() is None:
@@ -108,7 +108,7 @@ def test_killed_and_resumed_run_ends_with_the_same_adapter_as_an_uninterrupted_o
     assert process.wait() == -signal.SIGKILL, "the run finished before it could be killed"
     assert not (killed / "adapter").exists() and not (killed / "checkpoints" / "checkpoint-4").exists()
 
-    assert main(["train", "--output-dir", str(killed), "--resume"]) == 0  # its own config.toml, its checkpoint
+    assert main(["train", "--run-dir", str(killed), "--resume"]) == 0  # its own config.toml, its checkpoint
 
     a, b = _adapter(whole), _adapter(killed)
     assert a.keys() == b.keys()
@@ -125,15 +125,18 @@ def test_killed_and_resumed_run_ends_with_the_same_adapter_as_an_uninterrupted_o
 
 
 def test_resume_with_a_different_run_file_is_refused(tmp_path):
+    from vlrl.errors import RunDirError
+    from vlrl.run import train_only
+
     config = tiny_config()
     (tmp_path / "config.toml").write_text(cfg.to_toml(config))
     config.training.learning_rate = 1e-3
-    with pytest.raises(cfg.ConfigError, match=r"\[training\] learning_rate: 0.002 -> 0.001"):
-        train.train(config, run_dir=tmp_path, resume=True)
+    with pytest.raises(RunDirError, match=r"\[training\] learning_rate: 0.002 -> 0.001"):  # before anything loads
+        train_only(config, tmp_path, resume=True)
 
 
 def test_resume_without_a_run_to_resume_is_an_error(tmp_path, capsys):
-    assert main(["train", "--output-dir", str(tmp_path / "nothing"), "--resume"]) == 1
+    assert main(["train", "--run-dir", str(tmp_path / "nothing"), "--resume"]) == 1
     assert "no run to resume" in capsys.readouterr().err
 
 
@@ -163,7 +166,7 @@ GOOD = "<REASONING>3+4=7</REASONING><SOLUTION>7</SOLUTION>"
 
 
 def test_degeneration_monitor_logs_rates_without_changing_the_rewards():
-    monitor = train.DegenerationMonitor(max_completion_length=8)
+    monitor = callbacks.DegenerationMonitor(max_completion_length=8)
     watched = monitor.watch(rewards.format_reward)
     completions = [SPAM, GOOD, [{"role": "assistant", "content": SPAM}], GOOD]  # Unsloth's strings, TRL's messages
     assert watched.__name__ == "format_reward"  # TRL names the logged reward after it
@@ -180,7 +183,7 @@ def test_degeneration_monitor_logs_rates_without_changing_the_rewards():
 
 
 def test_degeneration_monitor_prefers_the_trainers_clipped_ratio():
-    monitor = train.DegenerationMonitor(max_completion_length=8)
+    monitor = callbacks.DegenerationMonitor(max_completion_length=8)
     monitor.observe([GOOD], completion_ids=[[1] * 8])
     logs = {"completions/clipped_ratio": 0.25}
     _log_step(monitor, 1, logs)
@@ -188,7 +191,7 @@ def test_degeneration_monitor_prefers_the_trainers_clipped_ratio():
 
 
 def test_degeneration_monitor_stops_training_when_asked(capsys):
-    monitor = train.DegenerationMonitor(stop_at=0.5, log=print)
+    monitor = callbacks.DegenerationMonitor(stop_at=0.5, log=print)
     monitor.observe([GOOD, GOOD, GOOD, SPAM])  # 25%: keep going
     assert not _log_step(monitor, 3, {}).should_training_stop
     monitor.observe([SPAM, SPAM, GOOD, SPAM])  # 75%: stop, and save the state that degenerated
@@ -203,7 +206,7 @@ def test_sft_items_never_include_a_held_out_picture():
     config = cfg.preset("tiny")
     rows = synthetic.generate(config.data.num_items, seed=config.data.seed, image_size=config.data.image_size)
     _, held_out = data.split_holdout(rows, config.data.hold_out, seed=config.data.seed)
-    items = train.sft_items(config)
+    items = warmstart.items(config, exclude_held_out=True)
     held = {data.image_hash(r["image"]) for r in held_out}
     assert len(items) > 400 and not held & {data.image_hash(r["image"]) for r in items}
 
@@ -212,8 +215,8 @@ def test_sft_items_never_include_a_held_out_picture():
 def test_sft_command_writes_a_warm_started_checkpoint(tiny_base_dir, tmp_path):
     from safetensors.torch import load_file
 
-    out = tmp_path / "warm"
-    assert main(["sft", "--preset", "tiny", "--steps", "2", "--batch-size", "4", "--output-dir", str(out)]) == 0
+    out = tmp_path / "sft"  # the checkpoint goes to RUN_DIR/sft
+    assert main(["sft", "--preset", "tiny", "--steps", "2", "--batch-size", "4", "--run-dir", str(tmp_path)]) == 0
     trained, base = load_file(str(out / "model.safetensors")), load_file(str(tiny_base_dir / "model.safetensors"))
     changed = [k for k in base if not torch.equal(base[k], trained[k])]
     assert changed and any("language_model" in k for k in changed)
@@ -233,6 +236,6 @@ def test_lora_targets_language_model_only(tiny_base_dir):
 
 
 def test_sft_target_is_well_formed(items):
-    target = train.sft_target(items[0])
+    target = sft.sft_target(items[0])
     assert rewards.format_reward([target]) == [2.0]
     assert rewards.correctness_reward([target], answer=[items[0]["answer"]]) == [2.0]

@@ -44,8 +44,9 @@ def _config(args, default_preset: str | None = "tiny"):
         from vlrl.errors import RunDirError
 
         where = f"{args.run_dir} has no config.toml" if getattr(args, "run_dir", None) else "no --run-dir was given"
-        raise RunDirError(f"{where}; name the run with --run-dir DIR (a directory `vlrl run` made), or --config / "
-                          "--preset to use runs/<its name>.")
+        resume = "no run to resume: " if getattr(args, "resume", False) else ""
+        raise RunDirError(f"{resume}{where}; name the run with --run-dir DIR (a directory `vlrl run` made), or "
+                          "--config / --preset to use runs/<its name>.")
     return cfg.preset(default_preset, overrides=overrides)
 
 

@@ -260,9 +260,13 @@ def resolve(*, config: str | Path | None = None, preset_name: str | None = None,
             num_processes: int | None = None) -> RunConfig:
     """The configuration a command names: a run file (`--config`), a preset (`--preset`), or a file or preset name
     given alone (`vlrl validate`'s argument: a path that exists, else a preset)."""
-    if config is not None and (Path(config).exists() or preset_name is not None or str(config) not in presets()):
+    bare_name = config is not None and not Path(config).exists() and not str(config).endswith(".toml") \
+        and "/" not in str(config)
+    if bare_name and preset_name is None:  # `vlrl validate tiny`: a preset's name
+        config, preset_name = None, str(config)
+    if config is not None:
         return load(config, overrides=overrides, num_processes=num_processes)
-    return preset(str(config or preset_name), overrides=overrides, num_processes=num_processes)
+    return preset(str(preset_name), overrides=overrides, num_processes=num_processes)
 
 
 def differences(config: RunConfig, path: str | Path) -> list[str]:

@@ -34,6 +34,11 @@ class RunDir:
         """The run directory a command uses: `path` when given, else runs/<the config's name>."""
         return cls(path if path is not None else RUNS / config.name)
 
+    @classmethod
+    def of(cls, run_dir: str | Path | RunDir) -> RunDir:
+        """`run_dir` as a RunDir (a path, or already one)."""
+        return run_dir if isinstance(run_dir, RunDir) else cls(run_dir)
+
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 

@@ -25,10 +25,10 @@ from vlrl.recipe import gspo_config
 from vlrl.rundir import RunDir
 
 
-def grpo_args(config: RunConfig, run: RunDir):
+def grpo_args(config: RunConfig, run: str | Path | RunDir):
     """The `trl.GRPOConfig` for a RunConfig: the recipe from `vlrl.recipe.gspo_config`, the run's own sizes."""
 
-    t = config.training
+    run, t = RunDir.of(run), config.training
     rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
     return gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
@@ -40,12 +40,13 @@ def grpo_args(config: RunConfig, run: RunDir):
     )
 
 
-def build_trainer(config: RunConfig, model, processor, train_dataset, run: RunDir, *,
+def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,
                   fast_generation: bool | None = None, callbacks=(), log=print):
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
     arguments, metrics appended to the run's train_log.jsonl, and fast rollouts on the transformers backend."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
+    run = RunDir.of(run)
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(config.training.stop_on_degeneration, args.max_completion_length, log=log)
     chosen = rewards.reward_funcs(symbolic=config.training.reward == "symbolic")  # [training] reward
@@ -107,7 +108,7 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
             run's configuration must be the one it started with. Without a checkpoint it starts from step 0.
             Without `resume`, old checkpoints and train_log.jsonl in run_dir are removed first.
     """
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    run = RunDir.of(run_dir)
     run.start(config, action="resume training" if resume else "train")
     last = _last_checkpoint(run.checkpoints) if resume else None
     if resume and last is None:
