@@ -131,6 +131,8 @@ def cmd_eval(args) -> int:
     from vlrl import evaluate, model, run, warmstart
 
     rd = _run_dir(args, config)
+    if args.adapter:
+        model.require_adapter(args.adapter)
     policy, processor = model.load_model(args.model or warmstart.model_path(config),
                                          load_in_4bit=config.model.load_in_4bit,
                                          max_seq_length=config.model.max_seq_length, backend=config.model.backend)

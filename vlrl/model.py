@@ -181,16 +181,21 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
 
 def load_adapter(model, adapter_dir):
     """`model` with the LoRA adapter saved in `adapter_dir` applied (PEFT), for evaluating a trained run."""
-    from pathlib import Path
-
     from peft import PeftModel
+
+    require_adapter(adapter_dir)
+    return PeftModel.from_pretrained(model, str(adapter_dir))
+
+
+def require_adapter(adapter_dir) -> None:
+    """RunDirError, with the fix, unless `adapter_dir` holds a PEFT adapter (checked before any model loads)."""
+    from pathlib import Path
 
     if not (Path(adapter_dir) / "adapter_config.json").exists():
         from vlrl.errors import RunDirError
 
         raise RunDirError(f"no LoRA adapter at {adapter_dir} (adapter_config.json is missing); give a run's adapter "
                           "folder, e.g. RUN_DIR/adapter, written when `vlrl run` or `vlrl train` finishes.")
-    return PeftModel.from_pretrained(model, str(adapter_dir))
 
 
 def _expandable_segments() -> None:

@@ -1,0 +1,104 @@
+"""The `vlrl` command's shape: one way to name a run directory, runs/<name> by default, and one actionable line (never
+a traceback) for every failure a user can cause."""
+
+import json
+
+import pytest
+
+from vlrl import config as cfg
+from vlrl import run, warmstart
+from vlrl.cli import main
+
+
+def _one_line_error(capsys, command: str) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert lines and lines[0].startswith(f"vlrl {command}: "), captured.err
+    return captured.err
+
+
+FAILURES = [  # (argv, command, words of the message)
+    (["run", "--preset", "tinyy"], "run", ["unknown preset 'tinyy'", "Did you mean 'tiny'"]),
+    (["run", "--config", "{tmp}/missing.toml"], "run", ["no run file at"]),
+    (["train", "--run-dir", "{tmp}/nothing", "--resume"], "train", ["no run to resume", "--run-dir"]),
+    (["sft", "--preset", "tiny", "--set", "model.load_in_4bit=true", "--run-dir", "{tmp}/sft"], "sft",
+     ["4-bit weights cannot"]),
+    (["eval", "--run-dir", "{tmp}/nothing"], "eval", ["has no config.toml", "--run-dir"]),
+    (["report", "--run-dir", "{tmp}/nothing"], "report", ["has no config.toml"]),
+    (["export", "--run-dir", "{tmp}/nothing", "--format", "lora"], "export", ["has no config.toml"]),
+    (["validate", "{tmp}/missing.toml"], "validate", ["no run file at"]),
+    (["compare", "{tmp}/a.jsonl", "{tmp}/b.jsonl"], "compare", ["no record file at"]),
+    (["data", "inspect", "{tmp}/nothing-here"], "data", ["neither a directory nor a file"]),
+    (["data", "inspect", "synthetic", "--tasks", "bar_chartz"], "data", ["unknown synthetic tasks"]),
+]
+
+
+@pytest.mark.parametrize("argv,command,words", FAILURES, ids=[" ".join(f[0][:2]) for f in FAILURES])
+def test_every_command_fails_with_one_actionable_line(argv, command, words, tmp_path, capsys):
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 1
+    printed = _one_line_error(capsys, command)
+    assert all(word in printed for word in words), printed
+
+
+def test_an_eval_or_export_of_an_unfinished_run_names_what_is_missing(tmp_path, capsys):
+    unfinished = tmp_path / "unfinished"
+    run.start(cfg.preset("tiny"), unfinished)
+    assert main(["export", "--run-dir", str(unfinished), "--format", "gguf"]) == 1
+    assert "adapter" in _one_line_error(capsys, "export")
+    assert main(["eval", "--run-dir", str(unfinished), "--adapter", str(unfinished / "adapter")]) == 1
+    assert "no LoRA adapter at" in _one_line_error(capsys, "eval")
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["run", "--config", "{tmp}/mine.toml"], "runs/mine"),  # the bug: --config used to land in runs/tiny
+    (["run", "--preset", "tiny"], "runs/tiny"),
+    (["run"], "runs/tiny"),
+    (["run", "--preset", "tiny", "--set", "name=quick"], "runs/quick"),
+    (["run", "--config", "{tmp}/mine.toml", "--run-dir", "{tmp}/elsewhere"], "{tmp}/elsewhere"),
+    (["train", "--config", "{tmp}/mine.toml"], "runs/mine"),
+])
+def test_a_run_lands_in_runs_of_its_name_unless_told(argv, expected, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    mine = cfg.preset("tiny")
+    mine.name = "mine"
+    (tmp_path / "mine.toml").write_text(cfg.to_toml(mine))
+    landed = {}
+    monkeypatch.setattr(run, "run", lambda config, run_dir, **_: landed.setdefault("dir", run_dir))
+    monkeypatch.setattr(run, "train_only", lambda config, run_dir, **_: landed.setdefault("dir", run_dir))
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 0
+    assert str(landed["dir"]) == expected.replace("{tmp}", str(tmp_path))
+
+
+def test_data_inspect_shows_exactly_the_items_the_run_trains_and_evaluates(tiny_dir, capsys):
+    config = cfg.preset("tiny", overrides=["data.num_items=48", "data.hold_out=8"])
+    assert main(["data", "inspect", "--preset", "tiny", "--set", "data.num_items=48", "--set", "data.hold_out=8",
+                 "-n", "3"]) == 0
+    printed = capsys.readouterr().out
+    from transformers import AutoProcessor
+
+    train_ds, eval_ds = run.prepare(config, AutoProcessor.from_pretrained(warmstart.model_path(config)), None,
+                                    log=lambda _: None)
+    assert f"run 'tiny': {len(train_ds)} training items, {len(eval_ds)} held-out items" in printed
+    for label, rows in (("train", train_ds), ("held-out", eval_ds)):
+        for item_id in rows["id"][:3]:
+            assert f"--- {label} {item_id}: answer" in printed
+
+
+def test_warm_start_items_follow_the_runs_tasks_for_every_local_model():
+    # `vlrl sft` on tiny-small used to ignore [data] tasks (and send "tiny-small" to the hub as a model id).
+    config = cfg.preset("tiny", overrides=["model.name_or_path=tiny-small", "data.tasks=['count']",
+                                           "model.warm_start_items=64"])
+    items = warmstart.items(config, exclude_held_out=True)
+    assert items and {item["metadata"]["task"] for item in items} == {"count"}
+    assert warmstart.settings(config)["size"] == "small"
+
+
+@pytest.mark.slow
+def test_sft_on_tiny_small_starts_from_the_local_model(tmp_path, capsys):
+    assert main(["sft", "--preset", "tiny", "--set", "model.name_or_path=tiny-small", "--set",
+                 "model.warm_start_items=32", "--steps", "1", "--batch-size", "2", "--run-dir", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "small-qwen3-vl-seed0" in printed  # the cached local model, never a hub id
+    config = json.loads((tmp_path / "sft" / "config.json").read_text())
+    assert config["text_config"]["hidden_size"] == 256  # tiny-small's width
