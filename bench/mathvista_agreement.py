@@ -345,7 +345,10 @@ def markdown(r: dict) -> str:
         b = r["baseline"]
         before = {c["class"]: c["count"] for c in b["classes"]}
         after = {c["class"]: c["count"] for c in r["classes"]}
-        lines += ["", f"Before and after: the baseline is {b['source']} (vlrl at {b['vlrl_commit']}).", "",
+        note = (f"Before and after: the baseline is the earlier {b['source']} (vlrl at {b['vlrl_commit']}). An "
+                "answer can change class when vlrl reads it differently (a part of `2.0, 8.0` that now picks an "
+                "option makes it name several options).")
+        lines += ["", note, "",
                   "| | before | after |", "|---|---|---|",
                   (f"| agreement | {b['total']['agree']:,} ({pct(b['total']['agreement'])}) | "
                   f"{t['agree']:,} ({pct(t['agreement'])}) |"),
