@@ -76,7 +76,7 @@ CLASSES = {
     "text_snapped": (OFFICIAL, "other text, snapped to the nearest option by edit distance", FREE_TEXT),
     "official_other": (OFFICIAL, "anything else", "(unexplained)"),
     "stale_verdict": (VLRL, "5.0 on an integer item: published wrong, though int(float(x)) accepts it",
-                      "section 10, published verdicts older than the scorer"),
+                      "section 10, published verdicts the scorer would not give"),
     "gold_snapped_away": (VLRL, "the gold option in another notation, snapped elsewhere: 2.0 for 2 among 2, 2.2",
                           "section 10, the option in another notation snapped"),
     "number_written_differently": (VLRL, "a free-form number float() cannot read: 1,250, 12 cm, 50%",
