@@ -3,8 +3,9 @@
 // WebAssembly, served from node_modules/, never from a CDN): this file computes nothing itself.
 
 const FIELDS = ["completion", "answer", "question_type", "choices", "precision", "unit", "answer_type"];
-// Preloaded in parallel; any other vlrl module rewards.py imports is fetched on demand by calculator.py.
-const VLRL_MODULES = ["__init__", "answers", "rewards"];
+// Preloaded in parallel: rewards.py, answers.py and the modules answers.py imports (values.py reads numbers,
+// choices.py reads multi-choice options); any other vlrl module is fetched on demand by calculator.py.
+const VLRL_MODULES = ["__init__", "values", "choices", "answers", "rewards"];
 
 const I18N = {
   en: {

@@ -1,8 +1,9 @@
-"""The one answer grammar of vlrl: tags, solution extraction, number parsing and answer matching.
+"""The one answer grammar of vlrl: tags, solution extraction and answer matching.
 
-Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator (a port of this
-file, specified in rewards/SPEC.md) all go through here, so "the reward says correct" and "the eval says
-correct" cannot disagree. Two verbs:
+Rewards (`vlrl.rewards`), evaluation (`vlrl.evaluate`) and the browser reward calculator (which runs this file
+in the page; the rules are in rewards/SPEC.md) all go through here, so "the reward says correct" and "the eval
+says correct" cannot disagree. Numbers and answer text are read by `vlrl.values`, the options of a multi-choice
+item by `vlrl.choices`; `parse_number`, `as_answer` and `choice_of` are used from here. Two verbs:
 
     >>> extract_solution("<REASONING>2+1</REASONING><SOLUTION> 3 </SOLUTION>")
     '3'
@@ -15,10 +16,11 @@ text "" or a missing answer (None), and every scan is linear in the input (no re
 
 from __future__ import annotations
 
-import math
 import numbers
-import re
 from dataclasses import dataclass
+
+from vlrl.choices import choice_of, gold_option, options_of, pick  # noqa: F401  (choice_of: re-exported)
+from vlrl.values import as_answer, parse_number, strip
 
 
 @dataclass(frozen=True)
@@ -52,27 +54,11 @@ FORMAT = AnswerFormat()
 INSTRUCTION = FORMAT.instruction
 THINK_START, THINK_END = "<think>", "</think>"
 
-# Stripped around answers. ASCII only, spelled out, so that the JavaScript port strips exactly the same
-# characters (Python's str.strip() and JavaScript's trim() disagree on a few Unicode spaces).
-WHITESPACE = " \t\n\r\v\f"
-
 # Which rule matched, and what each is worth to the correctness reward (vlrl.rewards.MATCH_SCORES).
 MATCH_KINDS = ("exact", "choice", "numeric", "symbolic", "none")
 
-# A number: optional sign, digits with optional thousands separators ("1,250"), optional decimals (".5",
-# "3."), optional exponent: Python's float() syntax minus inf/nan/underscores, plus thousands separators.
-# ASCII digits only: Python's \d and float() also take "٣" and "３", which the JavaScript port would not.
-_NUMBER = re.compile(
-    r"[+-]?(?:(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
-)
-MAX_NUMBER_CHARS = 100  # no real number answer is longer; keeps parsing cheap on garbage
-# Decorations a number may carry whatever the item's unit: LaTeX math delimiters or a currency sign ($), and
-# one percent or degree sign. A unit only counts when it is the item's `unit`.
-_NUMBER_SUFFIXES = ("\\%", "%", "^{\\circ}", "^\\circ", "°")
 MAX_PRECISION = 15  # doubles hold ~15-17 significant digits; more decimals than that mean nothing
 _MAX_NESTING = 32  # completions nest at most ~3 deep (list of messages, content parts); deeper is garbage
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def as_text(completion) -> str:
@@ -193,10 +179,6 @@ def count_blocks(text: str, start_tag: str, end_tag: str) -> int:
     return len(_block_spans(text, start_tag, end_tag))
 
 
-def _strip(text: str) -> str:
-    return text.strip(WHITESPACE)
-
-
 def extract_solution(completion) -> str | None:
     """Returns the value inside the single `<SOLUTION>` block, stripped; None unless there is exactly one.
 
@@ -216,77 +198,13 @@ def extract_solution(completion) -> str | None:
     if len(spans) != 1:
         return None
     start, end = spans[0]
-    return _strip(text[start:end])
-
-
-def parse_number(text, unit: str | None = None) -> float | None:
-    """Parses a number: "3", "3.0", "-.5", "1,250", "1e3", "50%", "30°", "$3$", "12 cm" when `unit` is "cm".
-
-    Args:
-        text: the answer text (a finite int or float is returned as a float).
-        unit: the item's unit; a trailing copy of it is ignored. Any other trailing word makes it no number.
-
-    Returns:
-        The value, or None when the text is not a number in this grammar (or is not finite).
-
-    >>> parse_number("1,250")
-    1250.0
-    >>> parse_number("12 cm", unit="cm")
-    12.0
-    >>> parse_number("12 apples") is None
-    True
-    """
-    if isinstance(text, bool):
-        return None
-    if isinstance(text, numbers.Real):
-        try:
-            value = float(text)
-        except OverflowError:  # an int beyond the double range
-            return None
-        return value if math.isfinite(value) else None
-    if not isinstance(text, str) or len(text) > MAX_NUMBER_CHARS:
-        return None
-    s = _strip(text)
-    unit = _strip(unit) if isinstance(unit, str) else ""
-    if unit and len(s) > len(unit) and s.endswith(unit):
-        s = _strip(s[: -len(unit)])
-    s = s.removeprefix("$").removesuffix("$")
-    for suffix in _NUMBER_SUFFIXES:
-        if s.endswith(suffix):
-            s = _strip(s[: -len(suffix)])
-            break
-    if _NUMBER.fullmatch(s) is None:
-        return None
-    value = float(s.replace(",", ""))
-    return value if math.isfinite(value) else None
-
-
-def as_answer(value) -> str | None:
-    """An answer (gold or predicted) as stripped text; None when it is missing or of a type no answer has.
-
-    Text and bytes are stripped of `WHITESPACE`; a finite int or float becomes `str(value)`; None, NaN (a data
-    frame's missing value), bools, lists and anything else are None.
-
-    >>> as_answer(" 7 "), as_answer(3), as_answer(float("nan"))
-    ('7', '3', None)
-    """
-    if isinstance(value, str):
-        return _strip(value)
-    if isinstance(value, (bytes, bytearray)):
-        return _strip(bytes(value).decode("utf-8", errors="replace"))
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numbers.Real takes numpy scalars too
-        return None
-    if isinstance(value, numbers.Integral):
-        # No answer has 100 digits; str() of an int refuses more than 4300.
-        return str(int(value)) if abs(value) < 10**100 else None
-    value = float(value)
-    return str(value) if math.isfinite(value) else None  # NaN is how a data frame spells a missing value
+    return strip(text[start:end])
 
 
 def _as_precision(value) -> int | None:
     """MathVista's `precision` as decimals 0..15; anything else (None, NaN, 2.5, -1, "two") means none."""
     if isinstance(value, str):
-        value = _strip(value)
+        value = strip(value)
         digits = value.isascii() and value.isdigit() and len(value) <= 2  # "²".isdigit() is True too
         return int(value) if digits and int(value) <= MAX_PRECISION else None
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -296,75 +214,6 @@ def _as_precision(value) -> int | None:
         if not value.is_integer():  # 2.5, NaN, inf
             return None
     return int(value) if 0 <= value <= MAX_PRECISION else None
-
-
-def _as_choices(choices) -> list[str] | None:
-    """The options of a multi-choice item as stripped text, or None when there are none (at most 26: A..Z)."""
-    if not isinstance(choices, (list, tuple)) or not choices or len(choices) > 26:
-        return None
-    return [text if (text := as_answer(c)) is not None else "" for c in choices]
-
-
-def _option_letter(text: str, n_choices: int) -> tuple[int, str] | None:
-    """Reads an option reference: "B", "(B)", "(b)", "B.", "B)", "B:", maybe followed by the option's text.
-
-    Returns (index, the text after the letter) or None. Lower case counts only inside parentheses, as in
-    MathVista's scorer.
-    """
-    if len(text) >= 3 and text[0] == "(" and text[2] == ")" and text[1].isascii() and text[1].isalpha():
-        letter, rest = text[1].upper(), text[3:]
-    elif text[:1].isascii() and text[:1].isupper() and (len(text) == 1 or text[1] in ".):"):
-        letter, rest = text[0], text[2:]
-    else:
-        return None
-    index = ord(letter) - ord("A")
-    return (index, _strip(rest)) if index < n_choices else None
-
-
-def _same_text_ignoring_case(a: str, b: str) -> bool:
-    return a.translate(_ASCII_LOWER) == b.translate(_ASCII_LOWER)
-
-
-def choice_of(pred: str, choices: list[str]) -> str | None:
-    """The option a prediction picks on a multi-choice item, or None when it names none.
-
-    In order: a bare option letter ("B", "(B)", "B.") picks its option, as in MathVista's scoring (so a letter
-    wins over an option whose text is that letter); then an option's text exactly; then an option's text
-    ignoring ASCII case, when only one option matches; then a letter followed by its own option's text
-    ("(B) 7").
-
-    Args:
-        pred: the prediction.
-        choices: the item's options (at most 26).
-
-    Returns:
-        The picked option's text (stripped), or None.
-
-    >>> choice_of("(B)", ["3", "7"]), choice_of("yes", ["Yes", "No"]), choice_of("B. 3", ["3", "7"])
-    ('7', 'Yes', None)
-    """
-    pred, choices = as_answer(pred), _as_choices(choices)
-    if pred is None or choices is None:
-        return None
-    letter = _option_letter(pred, len(choices))
-    if letter is not None and letter[1] == "":
-        return choices[letter[0]]
-    if pred in choices:
-        return pred
-    same = [c for c in choices if _same_text_ignoring_case(pred, c)]
-    if len(same) == 1:
-        return same[0]
-    if letter is not None and _same_text_ignoring_case(letter[1], choices[letter[0]]):
-        return choices[letter[0]]
-    return None  # includes "B. 3" where option B is not "3": the prediction contradicts itself
-
-
-def _gold_choice(gold: str, choices: list[str]) -> str:
-    # MathVista's gold is the option's text; a gold given as a letter (other data sets) means its option.
-    if gold in choices:
-        return gold
-    letter = _option_letter(gold, len(choices))
-    return choices[letter[0]] if letter is not None and letter[1] == "" else gold
 
 
 def is_correct(pred, gold, **meta) -> bool:
@@ -393,8 +242,10 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
 
     The rules, tried in order (rewards/SPEC.md has the full table):
     1. multi-choice (`question_type="multi_choice"` with `choices`): when the prediction picks an option
-       (`choice_of`), it is right if that option is the gold: "exact" when the text is the gold verbatim, else
-       "choice"; a picked wrong option is "none".
+       (`choice_of`), it is right if that option is the gold: "exact" when the text is the gold verbatim,
+       "numeric" when it is the option's number written differently ("7.0", "40" for "40m", "1/3" for
+       "\\frac{1}{3}"), else "choice"; a picked wrong option, or a prediction that fits several options, is
+       "none".
     2. "exact": the stripped texts are equal.
     3. "numeric": both parse as numbers (`parse_number`, with the item's `unit`) and are equal; with a
        `precision`, equal once both are rounded to that many decimals (Python's round(), as MathVista rounds).
@@ -421,12 +272,14 @@ def match_kind(pred, gold, *, precision=None, question_type=None, choices=None, 
     pred, gold = as_answer(pred), as_answer(gold)
     if pred is None or not gold:
         return "none"
-    options = _as_choices(choices) if question_type == "multi_choice" else None
+    options = options_of(choices) if question_type == "multi_choice" else None
     if options is not None:
-        picked, gold_option = choice_of(pred, options), _gold_choice(gold, options)
-        if picked is not None:
-            return ("exact" if pred == gold else "choice") if picked == gold_option else "none"
-        gold = gold_option  # a gold given as a letter is compared as its option's text from here on
+        picked, gold_choice = pick(pred, options), gold_option(gold, options)
+        if picked is not None:  # a pick of another option, or of several (option None), is wrong
+            if picked.option != gold_choice:
+                return "none"
+            return "exact" if pred == gold else "numeric" if picked.by_number else "choice"
+        gold = gold_choice  # a gold given as a letter is compared as its option's text from here on
     if pred == gold:
         return "exact"
     p, g = parse_number(pred, unit), parse_number(gold, unit)
