@@ -102,3 +102,10 @@ def test_sft_on_tiny_small_starts_from_the_local_model(tmp_path, capsys):
     assert "small-qwen3-vl-seed0" in printed  # the cached local model, never a hub id
     config = json.loads((tmp_path / "sft" / "config.json").read_text())
     assert config["text_config"]["hidden_size"] == 256  # tiny-small's width
+
+
+def test_a_data_error_inside_vlrl_run_is_one_line(tiny_dir, tmp_path, capsys):
+    # It used to print a traceback: the error family is caught once, in the CLI.
+    assert main(["run", "--preset", "tiny", "--set", f"data.source={tmp_path / 'no-such-data'}",
+                 "--run-dir", str(tmp_path / "run")]) == 1
+    assert "neither a directory nor a file" in _one_line_error(capsys, "run")
