@@ -19,8 +19,6 @@ import json
 import sys
 from pathlib import Path
 
-META_FIELDS = ("question_type", "choices", "precision", "unit", "answer_type")
-
 
 class _FetchVlrlModule(importlib.abc.MetaPathFinder):
     """In the browser: fetches a `vlrl.<name>` module the page did not preload from the server's /vlrl/<name>.py."""
@@ -44,6 +42,8 @@ if sys.platform == "emscripten":
     sys.meta_path.append(_FetchVlrlModule())
 
 from vlrl import answers, rewards  # after the finder, which fetches any other vlrl module these import
+
+META_FIELDS = rewards.META_COLUMNS  # the item's scoring columns: what the rewards read, and what eval records keep
 
 
 def meta_from_fields(fields: dict) -> tuple[dict, list[list[str]]]:

@@ -7,7 +7,9 @@ import math
 import pytest
 
 from vlrl import evaluate, prompts, rewards, synthetic
-from vlrl.evaluate import compare, mcnemar_exact, read_records, wilson
+from vlrl.compare import compare, mcnemar_exact, summary, wilson
+from vlrl.errors import EvalError
+from vlrl.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
 
 
 def rec(i, correct, format_ok=True, **extra):
@@ -81,7 +83,7 @@ def test_compare_the_recipes_reported_change_is_not_significant():
     assert c["mcnemar_p"] == 1.0
     assert (len(c["format_gained"]), len(c["format_lost"])) == (10, 3)
     assert round(c["format_mcnemar_p"], 4) == 0.0923
-    assert "not distinguishable from noise" in evaluate.summary(c)
+    assert "not distinguishable from noise" in summary(c)
 
 
 def test_compare_ten_to_two_flips_is_significant():
@@ -90,7 +92,7 @@ def test_compare_ten_to_two_flips_is_significant():
     c = compare(before, after)
     assert (len(c["wrong_to_right"]), len(c["right_to_wrong"])) == (10, 2)
     assert round(c["mcnemar_p"], 4) == 0.0386
-    assert "a real change" in evaluate.summary(c)
+    assert "a real change" in summary(c)
 
 
 def test_compare_reports_unpaired_items_and_leaves_them_out():
@@ -100,15 +102,15 @@ def test_compare_reports_unpaired_items_and_leaves_them_out():
     assert (c["n_before"], c["n_after"], c["n_paired"]) == (3, 3, 2)
     assert c["only_before"] == ["only-before"] and c["only_after"] == ["only-after"]
     assert (c["accuracy_before"], c["accuracy_after"]) == (0.5, 1.0)
-    assert "1 items only before, 1 only after" in evaluate.summary(c)
+    assert "1 items only before, 1 only after" in summary(c)
 
 
 def test_compare_needs_only_id_correct_format_ok():
     c = compare([rec(1, False)], [rec(1, True)])
     assert c["wrong_to_right"] == [1] and c["reward_mean_before"] is None and c["breakdown"] == {}
-    with pytest.raises(ValueError, match="has no format_ok"):
+    with pytest.raises(EvalError, match="has no format_ok"):
         compare([{"id": 1, "correct": True}], [rec(1, True)])
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(EvalError, match="twice"):
         compare([rec(1, True), rec(1, False)], [rec(1, True)])
 
 
@@ -165,7 +167,7 @@ def test_read_records_skips_a_torn_last_line_only(tmp_path):
     path.write_text('{"id": "a", "correct": true}\n{"id": "b", "correct": fal')
     assert [r["id"] for r in read_records(path)] == ["a"]
     path.write_text('{"id": "a", "correct": true}\n{"id": "b", "corr\n{"id": "c", "correct": true}\n')
-    with pytest.raises(ValueError, match="eval.jsonl:2"):
+    with pytest.raises(EvalError, match="eval.jsonl:2"):
         read_records(path)
 
 
@@ -185,9 +187,31 @@ def test_score_agrees_with_the_rewards(items):
             assert record["format_ok"] == (record["format_reward"] == 2.0)
 
 
+# Items whose verdict depends on a scoring column: without it, the stored verdict cannot be reproduced.
+@pytest.mark.parametrize("gold,columns,completion", [
+    ("7", {"question_type": "multi_choice", "choices": ["3", "7"], "answer_type": "text"}, "<SOLUTION>B</SOLUTION>"),
+    ("3.14", {"precision": 2.0, "answer_type": "float"}, "<SOLUTION>3.14159</SOLUTION>"),
+    ("12", {"unit": "cm^2", "answer_type": "integer"}, "<SOLUTION>12 cm^2</SOLUTION>"),
+])
+def test_a_record_rescores_to_its_stored_verdict_on_its_own(gold, columns, completion):
+    # Regression: records did not keep the scoring columns, so a multi-choice answer given by its letter was
+    # "right" when scored and "wrong" when its record was scored again (the reward calculator's record browser).
+    item = {"id": "x", "question": "q", "image": None, "answer": gold, **columns}
+    record = json.loads(json.dumps(evaluate.to_record(prompts.to_prompt(item), f"<REASONING>r</REASONING>{completion}",
+                                                      finish_reason="stop")))  # as read back from the file
+    assert {k: record[k] for k in rewards.META_COLUMNS} == {k: item.get(k) for k in rewards.META_COLUMNS}
+    assert record["correct"] and record["reward"] > 2
+    rescored = evaluate.rescore(record)
+    assert rescored == {k: record[k] for k in rescored}
+    assert rescored == evaluate.score(record["completion"], prompts.to_prompt(item))
+    bare = {k: v for k, v in record.items() if k not in rewards.META_COLUMNS}  # a record of the old shape
+    if "choices" in columns or "precision" in columns:
+        assert not evaluate.rescore(bare)["correct"]  # the columns decide the verdict: the test would catch it
+
+
 def test_image_names_are_file_safe_and_distinct():
     ids = ["synthetic-0-1", "a/b", "a_b", "a b", "../../etc/passwd", "x" * 300, "12"]
-    names = [evaluate.image_name(i) for i in ids]
+    names = [image_name(i) for i in ids]
     assert len(set(names)) == len(ids)
     assert all(set(n) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") for n in names)
     assert all(len(n) <= 100 for n in names)
@@ -201,15 +225,15 @@ def test_save_images_single_multi_undecoded_and_none(tmp_path, items):
     one, two = items[0]["image"], items[1]["image"]
     png = io.BytesIO()
     two.save(png, format="PNG")
-    assert [p.name for p in evaluate.save_images({"id": "one", "image": one}, tmp_path)] == ["one.png"]
-    multi = evaluate.save_images({"id": "m/1", "images": [one, {"bytes": png.getvalue(), "path": None}]}, tmp_path)
-    assert evaluate.image_paths(tmp_path, "m/1") == multi and len(multi) == 2
+    assert [p.name for p in save_images({"id": "one", "image": one}, tmp_path)] == ["one.png"]
+    multi = save_images({"id": "m/1", "images": [one, {"bytes": png.getvalue(), "path": None}]}, tmp_path)
+    assert image_paths(tmp_path, "m/1") == multi and len(multi) == 2
     assert Image.open(multi[1]).convert("RGB").tobytes() == two.convert("RGB").tobytes()
-    assert evaluate.save_images({"id": "text-only", "image": None}, tmp_path) == []
-    assert evaluate.image_paths(tmp_path, "text-only") == [] and not list(tmp_path.glob("*.tmp"))
+    assert save_images({"id": "text-only", "image": None}, tmp_path) == []
+    assert image_paths(tmp_path, "text-only") == [] and not list(tmp_path.glob("*.tmp"))
     big = Image.new("RGB", (2000, 1000), "white")
-    [path] = evaluate.save_images({"id": "big", "image": big}, tmp_path)
-    assert Image.open(path).size == (evaluate.MAX_IMAGE_SIDE, evaluate.MAX_IMAGE_SIDE // 2)
+    [path] = save_images({"id": "big", "image": big}, tmp_path)
+    assert Image.open(path).size == (MAX_IMAGE_SIDE, MAX_IMAGE_SIDE // 2)
 
 
 # --- generation on the tiny Qwen3-VL ----------------------------------------------------------------------------
@@ -244,10 +268,12 @@ def test_batched_generation_equals_one_at_a_time(tiny_model, tmp_path):
         assert record["id"] == row["id"] and record["gold"] == row["answer"]
         assert record["question"].startswith(row["prompt"][0]["content"][1]["text"][:20])
         assert record == {**record, **evaluate.score(record["completion"], row)}  # scored by the reward code
+        assert {k: record[k] for k in rewards.META_COLUMNS} == {k: row[k] for k in rewards.META_COLUMNS}
+        assert record == {**record, **evaluate.rescore(record)}  # and scored again from the record alone
         assert 0 < record["completion_tokens"] <= 32 and record["finish_reason"] in ("stop", "length")
         assert record["metadata"]["task"] == row["metadata"]["task"] and "reasoning" not in record["metadata"]
         assert (record["max_new_tokens"], record["do_sample"]) == (32, False)
-        [image_path] = evaluate.image_paths(tmp_path / "images", row["id"])
+        [image_path] = image_paths(tmp_path / "images", row["id"])
         from PIL import Image
 
         assert Image.open(image_path).size == row["image"].size
@@ -288,11 +314,11 @@ def test_interrupted_eval_resumes_and_skips_written_ids(tiny_model, tmp_path):
     again = evaluate.evaluate(model, processor, rows, path, batch_size=3, max_new_tokens=24, progress=False,
                               log=logged.append)
     assert again == records and "0 items generated (8 resumed" in logged[1]
-    with pytest.raises(ValueError, match="same settings"):  # two decoding settings never mix in one file
+    with pytest.raises(EvalError, match="same settings"):  # two decoding settings never mix in one file
         evaluate.evaluate(model, processor, rows, path, batch_size=3, max_new_tokens=40, progress=False)
 
 
 def test_duplicate_ids_are_refused_before_generating(tmp_path):
     rows = [{"id": "a", "prompt": [], "answer": "1"}, {"id": "a", "prompt": [], "answer": "2"}]
-    with pytest.raises(ValueError, match="duplicate ids"):
+    with pytest.raises(EvalError, match="duplicate ids"):
         evaluate.evaluate(None, None, rows, tmp_path / "e.jsonl")

@@ -104,21 +104,23 @@ def test_every_cell_ran_without_error(executed):
 
 @pytest.mark.slow
 def test_run_directory_holds_what_the_stages_promise(executed):
-    from vlrl import config, evaluate, export
+    from vlrl import config, export
+    from vlrl.compare import compare
+    from vlrl.records import image_paths, read_records
 
     _, run_dir = executed
     for name in RUN_FILES:
         assert (run_dir / name).is_file(), name
     tiny = config.preset("tiny")
     assert config.load(run_dir / "config.toml") == tiny
-    before = evaluate.read_records(run_dir / "eval_before.jsonl")
-    after = evaluate.read_records(run_dir / "eval_after.jsonl")
+    before = read_records(run_dir / "eval_before.jsonl")
+    after = read_records(run_dir / "eval_after.jsonl")
     assert len(before) == len(after) == tiny.data.hold_out
-    assert json.loads((run_dir / "comparison.json").read_text()) == evaluate.compare(before, after)
-    steps = {r["step"] for r in evaluate.read_records(run_dir / "train_log.jsonl") if "reward" in r}
+    assert json.loads((run_dir / "comparison.json").read_text()) == compare(before, after)
+    steps = {r["step"] for r in read_records(run_dir / "train_log.jsonl") if "reward" in r}
     assert steps == set(range(1, tiny.training.max_steps + 1))
     for record in before:
-        assert evaluate.image_paths(run_dir / "eval_images", record["id"])
+        assert image_paths(run_dir / "eval_images", record["id"])
     stats = export.verify_adapter(run_dir / "adapter")
     assert stats["nonzero_lora_B"] > 0 and stats["all_finite"]
 

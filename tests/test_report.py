@@ -9,6 +9,8 @@ import pytest
 from chromium import needs_chromium, open_page  # tests/chromium.py
 
 from vlrl import config, evaluate, prompts, report, synthetic
+from vlrl.errors import EvalError, RunDirError
+from vlrl.records import read_records, save_images
 
 # Completions a model could write, scored by the real eval code: before, after.
 RIGHT = "<REASONING>I read {gold}.</REASONING><SOLUTION>{gold}</SOLUTION>"
@@ -32,11 +34,10 @@ def run_dir(tmp_path_factory):
             for item, plan in zip(items, PLAN):
                 row = prompts.to_prompt(item)
                 completion = plan[side].format(gold=item["answer"], wrong=int(item["answer"]) + 1)
-                record = {"id": item["id"], "question": evaluate.question(row), "gold": item["answer"],
-                          "completion": completion, **evaluate.score(completion, row), "completion_tokens": 20,
-                          "finish_reason": "stop", "metadata": {"task": item["metadata"]["task"]}}
+                row["metadata"] = {"task": item["metadata"]["task"]}
+                record = evaluate.to_record(row, completion, completion_tokens=20, finish_reason="stop")
                 f.write(json.dumps(record) + "\n")
-                evaluate.save_images(row, run_dir / "eval_images")
+                save_images(row, run_dir / "eval_images")
     # train_log.jsonl rows in the shape TRL's GRPOTrainer logs them (see vlrl.callbacks.JsonlLogger)
     with (run_dir / "train_log.jsonl").open("w") as f:
         for step in range(1, 6):
@@ -71,8 +72,8 @@ def test_report_shows_every_flipped_item(run_dir):
     comparison = json.loads((run_dir / "comparison.json").read_text())
     assert (len(comparison["wrong_to_right"]), len(comparison["right_to_wrong"])) == (2, 1)
     assert (len(comparison["format_gained"]), len(comparison["format_lost"])) == (1, 0)
-    before = {r["id"]: r for r in evaluate.read_records(run_dir / "eval_before.jsonl")}
-    after = {r["id"]: r for r in evaluate.read_records(run_dir / "eval_after.jsonl")}
+    before = {r["id"]: r for r in read_records(run_dir / "eval_before.jsonl")}
+    after = {r["id"]: r for r in read_records(run_dir / "eval_after.jsonl")}
     flipped = comparison["wrong_to_right"] + comparison["right_to_wrong"] + comparison["format_gained"]
     for item_id in flipped:
         block = page.split(f"<h3>{item_id}</h3>", 1)[1].split('<div class=item>', 1)[0]
@@ -100,8 +101,13 @@ def test_report_notes_what_is_missing(tmp_path, run_dir):
     page = report.render(bare).read_text()
     assert "no train_log.jsonl metrics" in page and "no config.toml" in page
     assert page.count("image not saved in eval_images/") == 4
-    with pytest.raises(FileNotFoundError, match="eval_after.jsonl"):
+    with pytest.raises(RunDirError, match="eval_after.jsonl"):
         report.render(tmp_path)
+    with pytest.raises(RunDirError, match="no run directory"):
+        report.render(tmp_path / "nowhere")
+    (bare / "eval_after.jsonl").write_text('{"id": 1, "correct": true}\n')  # a record compare cannot use
+    with pytest.raises(EvalError, match="has no format_ok"):
+        report.render(bare)
 
 
 def test_training_plot_skips_summary_rows():

@@ -28,6 +28,7 @@ import pytest
 from chromium import BASE_FLAGS, find_chromium  # tests/chromium.py
 
 from vlrl import evaluate, rewards
+from vlrl.records import read_records
 from vlrl.serve import make_server, page_url, serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,7 +205,7 @@ def encoded(fields: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    """A run directory with real eval records, scored by vlrl.evaluate.score as an eval writes them."""
+    """A run directory with real eval records, made by vlrl.evaluate.to_record as an eval writes them."""
     run = tmp_path_factory.mktemp("run")
     rows = [("q1", "7", {}, "<REASONING>3+4</REASONING><SOLUTION>8</SOLUTION>",
              "<REASONING>3+4=7</REASONING><SOLUTION>7</SOLUTION>"),
@@ -218,9 +219,9 @@ def run_dir(tmp_path_factory) -> Path:
             for row in rows:
                 if row[column] is None:
                     continue
-                record = {"id": row[0], "question": f"question {row[0]}", "gold": row[1], "completion": row[column],
-                          **evaluate.score(row[column], {"answer": row[1], **row[2]}), **row[2],
-                          "completion_tokens": len(row[column]), "finish_reason": "stop"}
+                item = {"id": row[0], "question": f"question {row[0]}", "answer": row[1], **row[2]}
+                record = evaluate.to_record(item, row[column], completion_tokens=len(row[column]),
+                                            finish_reason="stop")
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
         if name == "eval_after.jsonl":  # a record scored under older rules, and a torn line
             with (run / name).open("a", encoding="utf-8") as f:
@@ -427,7 +428,7 @@ def test_records_from_a_run_directory_pair_by_id_and_open_in_the_calculator(brow
     open_page(browser, page_url(server, with_run=True))
     WebDriverWait(browser, 30).until(
         lambda d: d.execute_script("return document.documentElement.dataset.records") == "loaded")
-    before, after = (evaluate.read_records(run_dir / f"eval_{s}.jsonl") for s in ("before", "after"))
+    before, after = (read_records(run_dir / f"eval_{s}.jsonl") for s in ("before", "after"))
     ids = list(dict.fromkeys(json.dumps(r["id"]) for r in before + after))
     rows = browser.execute_script("""return [...document.querySelectorAll('#records-table tbody tr')].map(tr =>
         [tr.dataset.id, ...[...tr.querySelectorAll('td.record, td.empty')].map(td => td.dataset.side || 'none')])""")
@@ -504,12 +505,29 @@ def test_cli_serve_rewards(tmp_path):
     assert out.returncode == 1 and f"bash {tmp_path}/install.sh" in out.stderr
 
 
-def test_calculator_python_half_doctests():
+def calculator_module():
+    """rewards/calculator.py, the page's Python half, imported here as the page runs it (on this vlrl)."""
     spec = importlib.util.spec_from_file_location("calculator", PAGE / "calculator.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    result = doctest.testmod(module)
+    return module
+
+
+def test_calculator_python_half_doctests():
+    result = doctest.testmod(calculator_module())
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_calculator_rescores_eval_records_to_their_stored_rewards(run_dir):
+    """What the record browser lists, without the browser: every record an eval wrote (q3 is multi-choice, answered
+    by its letter) recomputes to its stored rewards; only the record scored under other rules is flagged."""
+    calculator = calculator_module()
+    entries = [e for side in ("before", "after")
+               for e in calculator.read_records((run_dir / f"eval_{side}.jsonl").read_text(encoding="utf-8"))]
+    assert [e["id"] for e in entries if "bad_line" not in e and not e["same"]] == ["old"]
+    multi_choice = [e for e in entries if e.get("id") == "q3"]
+    assert len(multi_choice) == 2 and all(e["fields"]["question_type"] == "multi_choice" for e in multi_choice)
+    assert json.loads(multi_choice[0]["fields"]["choices"]) == ["3", "7"] and multi_choice[0]["correct"]
 
 
 def test_smoke_cases_hold():

@@ -22,7 +22,7 @@ def test_run_writes_every_file(run_dir):
 @pytest.mark.slow
 def test_run_records_and_comparison(run_dir):
     from vlrl import config
-    from vlrl.evaluate import read_records
+    from vlrl.records import read_records
 
     tiny = config.preset("tiny")
     before, after = read_records(run_dir / "eval_before.jsonl"), read_records(run_dir / "eval_after.jsonl")
@@ -48,7 +48,7 @@ def test_run_adapter_is_trained(run_dir):
 def test_run_report_renders_in_chromium(run_dir):
     from chromium import needs_chromium, open_page  # tests/chromium.py
 
-    from vlrl.evaluate import image_paths, read_records
+    from vlrl.records import image_paths, read_records
 
     comparison = json.loads((run_dir / "comparison.json").read_text())
     for record in read_records(run_dir / "eval_before.jsonl"):
@@ -65,7 +65,7 @@ def test_run_report_renders_in_chromium(run_dir):
 
 @pytest.mark.slow
 def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_path):
-    from vlrl.evaluate import read_records
+    from vlrl.records import read_records
 
     out = tmp_path / "eval_adapter.jsonl"
     assert main(["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
@@ -76,7 +76,8 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
 
 @pytest.mark.slow
 def test_vlrl_eval_sample_draws_reproducible_samples_and_records_the_task(run_dir, tmp_path):
-    from vlrl.evaluate import compare, read_records
+    from vlrl.compare import compare
+    from vlrl.records import read_records
 
     paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
     for path, seed in zip(paths, (0, 0, 1)):

@@ -1,0 +1,257 @@
+"""Before/after statistics on eval records: whether a change between two evals of the same items is real.
+
+    comparison = compare("runs/demo/eval_before.jsonl", "runs/demo/eval_after.jsonl")
+    print(summary(comparison))
+
+Records are paired by item id. Each side gets its rates with 95% Wilson intervals (`side_stats`); the pair gets the
+2x2 table of correctness, the exact McNemar test on its discordant cells and the ids of the flipped items
+(`paired_stats`), overall and per metadata group (`breakdown`). The statistics of one side live in `side_stats`
+alone, so a rate over several samples per item (pass@k) joins accuracy there.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from vlrl.errors import EvalError
+from vlrl.records import read_records
+
+# Metadata keys the comparison breaks accuracy down by (MathVista's and the synthetic generator's); a list value
+# (MathVista's `skills`) puts the item in every group it names.
+BREAKDOWN_KEYS = ("skills", "task", "context", "grade", "category", "source", "difficulty")
+REQUIRED = ("id", "correct", "format_ok")  # what a record needs to be compared; the rest is optional
+MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  # averaged per side when present
+
+
+# --- proportions and paired tests --------------------------------------------------------------------------------
+
+def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval for a proportion (95% by default): honest near 0% and 100%, unlike p +- 1.96 SE.
+
+    >>> [round(x, 4) for x in wilson(5, 100)]
+    [0.0215, 0.1118]
+    >>> [round(x, 4) for x in wilson(0, 10)]
+    [0.0, 0.2775]
+    """
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, center - half), min(1.0, center + half))
+
+
+def mcnemar_exact(b: int, c: int) -> float:
+    """Exact two-sided McNemar p-value from the discordant counts b (wrong->right) and c (right->wrong).
+
+    Under "no change" each flip goes either way with probability 1/2, so min(b, c) ~ Binomial(b + c, 1/2);
+    items that stay right or stay wrong carry no information about the change.
+
+    >>> round(mcnemar_exact(10, 2), 4)
+    0.0386
+    >>> mcnemar_exact(3, 2)
+    1.0
+    """
+    n = b + c
+    if n == 0:
+        return 1.0
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+# --- records -> items --------------------------------------------------------------------------------------------
+
+def by_id(records: list[dict] | str | Path, name: str = "records") -> dict:
+    """Records (a list or a JSONL path) -> {id: record}, checking that each has what a comparison needs.
+
+    Raises:
+        EvalError: a record without id, correct or format_ok, or an id that appears twice.
+
+    >>> by_id([{"id": "a", "correct": True, "format_ok": False}])["a"]["correct"]
+    True
+    """
+    if isinstance(records, (str, Path)):
+        name, records = str(records), read_records(records)
+    items = {}
+    for index, record in enumerate(records):
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            raise EvalError(f"record {index} of {name} has no {', '.join(missing)}; compare needs id, correct and "
+                            "format_ok in every record (vlrl.evaluate.evaluate writes them).")
+        if record["id"] in items:
+            raise EvalError(f"{name} has id {record['id']!r} twice; each item must appear once per side.")
+        items[record["id"]] = record
+    return items
+
+
+# --- one side ----------------------------------------------------------------------------------------------------
+
+def side_stats(records: list[dict], side: str) -> dict:
+    """What one eval says on its own, each key suffixed with `side`: accuracy and format compliance with 95% Wilson
+    intervals, the means of the reward parts and completion length, and the degenerate and truncated shares
+    (None where no record holds the field).
+
+    >>> stats = side_stats([{"id": 1, "correct": True, "format_ok": True, "reward": 2.6}], "after")
+    >>> stats["accuracy_after"], stats["reward_mean_after"], stats["truncated_rate_after"]
+    (1.0, 2.6, None)
+    """
+    out = {}
+    for metric, key in (("accuracy", "correct"), ("format", "format_ok")):
+        k = sum(bool(r[key]) for r in records)
+        out[f"{metric}_{side}"] = k / len(records) if records else None
+        out[f"{metric}_{side}_ci95"] = list(wilson(k, len(records)))
+    for key in MEANS:
+        values = [r[key] for r in records if isinstance(r.get(key), (int, float)) and not isinstance(r[key], bool)]
+        out[f"{key}_mean_{side}"] = sum(values) / len(values) if values else None
+    flags = {"degenerate": [r["degenerate"] for r in records if "degenerate" in r],
+             "truncated": [r["finish_reason"] == "length" for r in records if "finish_reason" in r]}
+    for name, values in flags.items():
+        out[f"{name}_rate_{side}"] = sum(values) / len(values) if values else None
+    return out
+
+
+# --- paired ------------------------------------------------------------------------------------------------------
+
+def paired_stats(before: list[dict], after: list[dict]) -> dict:
+    """Accuracy before/after, the 2x2 table, its McNemar p, and the flipped ids, for records paired by position.
+
+    >>> rec = lambda i, ok: {"id": i, "correct": ok}
+    >>> s = paired_stats([rec("a", False), rec("b", True)], [rec("a", True), rec("b", True)])
+    >>> s["table"], s["wrong_to_right"]
+    ({'both_right': 1, 'wrong_to_right': 1, 'right_to_wrong': 0, 'both_wrong': 0}, ['a'])
+    """
+    flips = {"wrong_to_right": [], "right_to_wrong": []}
+    both_right = both_wrong = 0
+    for b, a in zip(before, after):
+        if b["correct"] and a["correct"]:
+            both_right += 1
+        elif not b["correct"] and not a["correct"]:
+            both_wrong += 1
+        else:
+            flips["wrong_to_right" if a["correct"] else "right_to_wrong"].append(b["id"])
+    n = len(before)
+    return {"n": n,
+            "accuracy_before": sum(bool(r["correct"]) for r in before) / n if n else None,
+            "accuracy_after": sum(bool(r["correct"]) for r in after) / n if n else None,
+            "table": {"both_right": both_right, "wrong_to_right": len(flips["wrong_to_right"]),
+                      "right_to_wrong": len(flips["right_to_wrong"]), "both_wrong": both_wrong},
+            "mcnemar_p": mcnemar_exact(len(flips["wrong_to_right"]), len(flips["right_to_wrong"])),
+            **flips}
+
+
+def _groups(records: list[dict], key: str) -> dict[str, list[int]]:
+    """Metadata value -> positions of the records that have it (a list value counts for each of its elements)."""
+    groups: dict[str, list[int]] = {}
+    for position, record in enumerate(records):
+        value = (record.get("metadata") or {}).get(key)
+        values = value if isinstance(value, list) else [value]
+        for v in values or [None]:
+            groups.setdefault("(missing)" if v is None else str(v), []).append(position)
+    return groups
+
+
+def breakdown(before: list[dict], after: list[dict], keys=BREAKDOWN_KEYS) -> dict:
+    """Paired accuracy per metadata group (MathVista's skills, context, grade...), for the keys that split the items
+    into at least two groups.
+
+    >>> rec = lambda i, ok, skill: {"id": i, "correct": ok, "format_ok": True, "metadata": {"skills": [skill]}}
+    >>> out = breakdown([rec(1, False, "geometry"), rec(2, True, "counting")],
+    ...                 [rec(1, True, "geometry"), rec(2, True, "counting")])
+    >>> out["skills"]["geometry"]["wrong_to_right"], out["skills"]["counting"]["accuracy_before"]
+    (1, 1.0)
+    """
+    result = {}
+    for key in keys:
+        if not any(key in (r.get("metadata") or {}) for r in before + after):
+            continue
+        groups = _groups(before, key)
+        if len(groups) < 2:
+            continue  # one group repeats the overall numbers
+        result[key] = {}
+        for value, positions in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            stats = paired_stats([before[p] for p in positions], [after[p] for p in positions])
+            for flip in ("wrong_to_right", "right_to_wrong"):
+                stats[flip] = len(stats[flip])  # counts here; the ids are in the overall flip lists
+            del stats["table"]
+            result[key][value] = stats
+    return result
+
+
+# --- the comparison ----------------------------------------------------------------------------------------------
+
+def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> dict:
+    """Before/after statistics on per-item records, paired by id. The fields used are `id`, `correct`, `format_ok`
+    (and, when present, the reward parts, `completion_tokens`, `finish_reason`, `degenerate` and `metadata`).
+
+    Args:
+        before: records (or a JSONL path) of the model before training.
+        after: records (or a JSONL path) of the model after training.
+
+    Returns:
+        A JSON-ready dict: `n_before`, `n_after`, `n_paired`, `only_before` / `only_after` (ids evaluated on one
+        side only: reported, and left out of the paired statistics); per side `accuracy_*` and `format_*` with
+        `*_ci95` (Wilson), means of the reward parts and completion length, degenerate and truncated shares;
+        `accuracy_delta` / `format_delta`; `table` (the paired 2x2 counts), `mcnemar_p` (exact, two-sided, on
+        correctness), `wrong_to_right` / `right_to_wrong` (ids); `format_mcnemar_p`, `format_gained` /
+        `format_lost`; `breakdown` by metadata.
+
+    Raises:
+        EvalError: a record without id, correct or format_ok, an id twice on one side, or a damaged record file.
+
+    >>> rec = lambda i, ok: {"id": i, "correct": ok, "format_ok": True}
+    >>> before = [rec(i, False) for i in range(12)] + [rec(12, True), rec(13, True)]
+    >>> after = [rec(i, i < 10) for i in range(12)] + [rec(12, False), rec(13, False)]
+    >>> c = compare(before, after)
+    >>> c["table"], round(c["mcnemar_p"], 4)
+    ({'both_right': 0, 'wrong_to_right': 10, 'right_to_wrong': 2, 'both_wrong': 2}, 0.0386)
+    """
+    b_by, a_by = by_id(before, "before"), by_id(after, "after")
+    paired = [i for i in b_by if i in a_by]
+    b_rows, a_rows = [b_by[i] for i in paired], [a_by[i] for i in paired]
+    result = {"n_before": len(b_by), "n_after": len(a_by), "n_paired": len(paired),
+              "only_before": [i for i in b_by if i not in a_by], "only_after": [i for i in a_by if i not in b_by]}
+    result.update(side_stats(b_rows, "before"))
+    result.update(side_stats(a_rows, "after"))
+    for metric in ("accuracy", "format"):
+        result[f"{metric}_delta"] = result[f"{metric}_after"] - result[f"{metric}_before"] if paired else None
+    stats = paired_stats(b_rows, a_rows)
+    result.update(table=stats["table"], mcnemar_p=stats["mcnemar_p"], wrong_to_right=stats["wrong_to_right"],
+                  right_to_wrong=stats["right_to_wrong"])
+    format_gained = [i for i in paired if not b_by[i]["format_ok"] and a_by[i]["format_ok"]]
+    format_lost = [i for i in paired if b_by[i]["format_ok"] and not a_by[i]["format_ok"]]
+    result.update(format_mcnemar_p=mcnemar_exact(len(format_gained), len(format_lost)),
+                  format_gained=format_gained, format_lost=format_lost)
+    result["breakdown"] = breakdown(b_rows, a_rows)
+    return result
+
+
+def summary(comparison: dict, alpha: float = 0.05) -> str:
+    """A few lines a person can read: the two rates with their intervals, the paired test and what it means.
+
+    >>> rec = lambda i, ok: {"id": i, "correct": ok, "format_ok": True}
+    >>> print(summary(compare([rec(i, i < 5) for i in range(100)], [rec(i, i < 6) for i in range(100)])))
+    accuracy 5.0% [2.2%, 11.2%] -> 6.0% [2.8%, 12.5%] on 100 paired items (1 wrong->right, 0 right->wrong)
+    format   100.0% [96.3%, 100.0%] -> 100.0% [96.3%, 100.0%] (0 gained, 0 lost)
+    McNemar exact p = 1 for accuracy: not distinguishable from noise at 0.05; format p = 1
+    """
+    c = comparison
+
+    def rate(metric, side):
+        low, high = c[f"{metric}_{side}_ci95"]
+        return "n/a" if c[f"{metric}_{side}"] is None else f"{c[f'{metric}_{side}']:.1%} [{low:.1%}, {high:.1%}]"
+
+    verdict = ("a real change" if c["mcnemar_p"] < alpha else "not distinguishable from noise") + f" at {alpha:g}"
+    lines = [
+        (f"accuracy {rate('accuracy', 'before')} -> {rate('accuracy', 'after')} on {c['n_paired']} paired items "
+         f"({len(c['wrong_to_right'])} wrong->right, {len(c['right_to_wrong'])} right->wrong)"),
+        (f"format   {rate('format', 'before')} -> {rate('format', 'after')} "
+         f"({len(c['format_gained'])} gained, {len(c['format_lost'])} lost)"),
+        f"McNemar exact p = {c['mcnemar_p']:.3g} for accuracy: {verdict}; format p = {c['format_mcnemar_p']:.3g}",
+    ]
+    if c["only_before"] or c["only_after"]:
+        lines.append(f"unpaired: {len(c['only_before'])} items only before, {len(c['only_after'])} only after "
+                     "(left out of the paired statistics)")
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""The plots of a run, as PNG files (matplotlib, no display): the before/after comparison with its intervals, and
+the training curves (reward parts, completion length, degeneration) from train_log.jsonl.
+
+    plot_comparison(compare(before, after), "runs/demo/plots/comparison.png")
+    plot_training(read_records("runs/demo/train_log.jsonl"), "runs/demo/plots/training.png")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REWARD_PREFIX, REWARD_SUFFIX = "rewards/", "/mean"  # TRL logs each reward function's mean as rewards/<name>/mean
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_comparison(comparison: dict, path: str | Path) -> Path:
+    """Accuracy and format compliance before/after as bars with their 95% Wilson intervals; McNemar p in the title.
+
+    Args:
+        comparison: what `vlrl.compare.compare` returns.
+        path: the PNG to write.
+    """
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    width = 0.36
+    for offset, side, color in ((-width / 2, "before", "#9aa5b1"), (width / 2, "after", "#2f6fb0")):
+        values, low, high = [], [], []
+        for metric in ("accuracy", "format"):
+            value = comparison[f"{metric}_{side}"] or 0.0
+            lo, hi = comparison[f"{metric}_{side}_ci95"]
+            values.append(value)
+            low.append(value - lo)
+            high.append(hi - value)
+        xs = [i + offset for i in range(2)]
+        ax.bar(xs, values, width, color=color, label=side, yerr=[low, high], capsize=4, ecolor="#333")
+        for x, v, h in zip(xs, values, high):
+            ax.text(x + width / 8, v + h + 0.01, f"{v:.0%}", ha="left", va="bottom", fontsize=8)
+    ax.set_xticks([0, 1], ["accuracy", "format compliance"])
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel(f"share of {comparison['n_paired']} paired items")
+    ax.set_title(f"before -> after, 95% Wilson intervals; McNemar exact p = {comparison['mcnemar_p']:.3g} (accuracy), "
+                 f"{comparison['format_mcnemar_p']:.3g} (format)", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]]]:
+    """Metric name -> (steps, values) from train_log.jsonl rows, for the metrics the training plot draws.
+
+    >>> training_series([{"step": 1, "reward": 0.3, "rewards/format_reward/mean": 1.0}, {"step": 2, "train_loss": 0}])
+    {'reward': ([1], [0.3]), 'rewards/format_reward/mean': ([1], [1.0])}
+    """
+    wanted = lambda key: (key == "reward" or (key.startswith(REWARD_PREFIX) and key.endswith(REWARD_SUFFIX))
+                          or key.startswith("completions/") or "degenera" in key)
+    series: dict[str, tuple[list, list]] = {}
+    for row in log:
+        for key, value in row.items():
+            if wanted(key) and isinstance(value, (int, float)) and "step" in row:
+                steps, values = series.setdefault(key, ([], []))
+                steps.append(row["step"])
+                values.append(value)
+    return series
+
+
+def plot_training(log: list[dict], path: str | Path) -> Path | None:
+    """Reward components, completion length and degeneration over training steps; None when nothing was logged.
+
+    Args:
+        log: train_log.jsonl rows (TRL's logged metrics with their `step`).
+        path: the PNG to write.
+    """
+    series = training_series(log)
+    if not series:
+        return None
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (rewards_ax, length_ax, degen_ax) = plt.subplots(1, 3, figsize=(12, 3.4), dpi=110)
+    for key in sorted(k for k in series if k.startswith(REWARD_PREFIX)):
+        rewards_ax.plot(*series[key], marker=".", label=key[len(REWARD_PREFIX):-len(REWARD_SUFFIX)])
+    if "reward" in series:
+        rewards_ax.plot(*series["reward"], marker=".", color="black", label="total (weighted)")
+    rewards_ax.set_title("reward (mean per step)", fontsize=9)
+    if "completions/mean_length" in series:
+        steps, mean = series["completions/mean_length"]
+        length_ax.plot(steps, mean, marker=".", label="mean")
+        if "completions/min_length" in series and "completions/max_length" in series:
+            length_ax.fill_between(series["completions/min_length"][0], series["completions/min_length"][1],
+                                   series["completions/max_length"][1], alpha=0.2, label="min-max")
+    length_ax.set_title("completion length (tokens)", fontsize=9)
+    degen_keys = [k for k in series if "degenera" in k]
+    for key in degen_keys:
+        degen_ax.plot(*series[key], marker=".", color="#b03030", label=key)
+    if "completions/clipped_ratio" in series:
+        degen_ax.plot(*series["completions/clipped_ratio"], marker=".", color="#888", label="hit max length")
+    if not degen_keys:
+        degen_ax.text(0.02, 0.97, "degeneration rate: not in train_log.jsonl", ha="left", va="top",
+                      transform=degen_ax.transAxes, fontsize=7, color="#b03030")
+    degen_ax.set_ylim(-0.05, 1.05)
+    degen_ax.set_title("degenerate / truncated share", fontsize=9)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (rewards_ax, length_ax, degen_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
