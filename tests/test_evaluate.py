@@ -322,3 +322,13 @@ def test_duplicate_ids_are_refused_before_generating(tmp_path):
     rows = [{"id": "a", "prompt": [], "answer": "1"}, {"id": "a", "prompt": [], "answer": "2"}]
     with pytest.raises(EvalError, match="duplicate ids"):
         evaluate.evaluate(None, None, rows, tmp_path / "e.jsonl")
+
+
+def test_eval_scores_with_the_runs_reward_set():
+    # [training] reward = "symbolic" (geo3k): eval must call right what the reward paid for, and a record rescores so.
+    row = {"id": "g", "question": "Find x.", "answer": "2\\sqrt{3}"}
+    completion = "<REASONING>x^2 = 12</REASONING><SOLUTION>\\sqrt{12}</SOLUTION>"
+    symbolic, plain = evaluate.to_record(row, completion, symbolic=True), evaluate.to_record(row, completion)
+    assert (symbolic["correct"], symbolic["match"], plain["correct"]) == (True, "symbolic", False)
+    assert symbolic["correctness_reward"] == rewards.symbolic_correctness_reward([completion], answer=[row["answer"]])[0]
+    assert evaluate.rescore(symbolic)["correct"] and not evaluate.rescore(plain)["correct"]

@@ -105,8 +105,8 @@ def cmd_validate(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    from vlrl.compare import compare, summary
     from vlrl.errors import EvalError
-    from vlrl.evaluate import compare, summary
 
     for path in (args.before, args.after):
         if not os.path.exists(path):
@@ -149,7 +149,7 @@ def cmd_eval(args) -> int:
                                 batch_size=args.batch_size or config.eval.batch_size,
                                 max_new_tokens=args.max_new_tokens or config.eval.max_new_tokens,
                                 do_sample=args.sample, temperature=args.temperature,
-                                image_dir=rd.eval_images, log=print)
+                                symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images, log=print)
     print(f"{len(records)} records -> {output}")
     return 0
 

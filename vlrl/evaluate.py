@@ -19,18 +19,15 @@ import json
 from pathlib import Path
 
 from vlrl import answers, rewards
-
-# Transitional: vlrl/cli.py and vlrl/run.py, rewritten on another branch, still call evaluate.compare and
-# evaluate.summary. Delete this line once they import them from vlrl.compare.
-from vlrl.compare import compare, summary  # noqa: F401
 from vlrl.errors import EvalError
 from vlrl.prompts import row_images
 from vlrl.records import drop_torn_tail, read_records, save_images
 
 # --- scoring -----------------------------------------------------------------------------------------------------
 
-def score(completion: str, row: dict) -> dict:
-    """The record fields that come from scoring one completion against its row (the same parts the rewards use).
+def score(completion: str, row: dict, *, symbolic: bool = False) -> dict:
+    """The record fields that come from scoring one completion against its row (the same parts the rewards use;
+    `symbolic` as the run's `[training] reward = "symbolic"`, so eval and reward agree on geo3k-style answers).
 
     >>> r = score("<REASONING>3+4</REASONING><SOLUTION>7</SOLUTION>", {"answer": "7"})
     >>> r["correct"], r["format_ok"], r["reward"]
@@ -38,7 +35,7 @@ def score(completion: str, row: dict) -> dict:
     """
     meta = {k: row.get(k) for k in rewards.META_COLUMNS}  # the columns the reward reads, so both agree
     fmt = rewards.format_parts(completion)
-    corr = rewards.correctness_parts(completion, row.get("answer"), **meta)
+    corr = rewards.correctness_parts(completion, row.get("answer"), symbolic=symbolic, **meta)
     return {
         "prediction": corr["prediction"],
         "correct": corr["match"] != "none",
@@ -68,10 +65,10 @@ def rescore(record: dict) -> dict:
     (True, ['3', '7'], True)
     """
     row = {"answer": record.get("gold"), **{k: record.get(k) for k in rewards.META_COLUMNS}}
-    return score(record.get("completion"), row)
+    return score(record.get("completion"), row, symbolic=bool(record.get("symbolic")))
 
 
-def to_record(row: dict, completion: str, **generation) -> dict:
+def to_record(row: dict, completion: str, *, symbolic: bool = False, **generation) -> dict:
     """One eval record: the item (id, the question as the model saw it, gold and its scoring columns), the
     completion and its `score`, what the generation reported (`generation`: prompt_tokens, completion_tokens,
     finish_reason, the decoding settings) and the item's metadata, for the comparison's breakdown.
@@ -82,7 +79,7 @@ def to_record(row: dict, completion: str, **generation) -> dict:
     """
     out = {"id": row["id"], "question": question(row), "gold": row.get("answer"),
            **{k: row.get(k) for k in rewards.META_COLUMNS},  # the columns the reward reads: a record rescores alone
-           "completion": completion, **score(completion, row), **generation}
+           "completion": completion, **score(completion, row, symbolic=symbolic), "symbolic": symbolic, **generation}
     if isinstance(row.get("metadata"), dict):
         out["metadata"] = _jsonable_metadata(row["metadata"])
     return out
@@ -91,8 +88,8 @@ def to_record(row: dict, completion: str, **generation) -> dict:
 # --- generation --------------------------------------------------------------------------------------------------
 
 def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: int = 8, max_new_tokens: int = 1024,
-             do_sample: bool = False, temperature: float = 1.0, image_dir: str | Path | None = None,
-             progress: bool = True, log=None) -> list[dict]:
+             do_sample: bool = False, temperature: float = 1.0, symbolic: bool = False,
+             image_dir: str | Path | None = None, progress: bool = True, log=None) -> list[dict]:
     """Generates for every row of `dataset` (TRL prompt rows) and appends one record per item to `output_path`.
 
     Items whose id is already in `output_path` are skipped, so an interrupted eval resumes where it stopped. Each
@@ -109,6 +106,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         max_new_tokens: completion budget; a completion that hits it has finish_reason "length".
         do_sample: greedy (False, the default: the same model gives the same records) or sampled decoding.
         temperature: sampling temperature (used only with do_sample).
+        symbolic: score with symbolic matching too, as the run's reward does (`[training] reward = "symbolic"`).
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
         log: optional callable for a one-line summary (items, seconds, items/s, accuracy).
@@ -154,7 +152,8 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     try:
         for start in range(0, len(todo), batch_size):
             batch = todo[start:start + batch_size]
-            lines = [json.dumps(r) + "\n" for r in _generate_batch(model, processor, batch, device, eos, pad, settings)]
+            lines = [json.dumps(r) + "\n"
+                     for r in _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic)]
             if image_dir is not None:
                 for row in batch:
                     save_images(row, image_dir)
@@ -175,7 +174,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     return records
 
 
-def _generate_batch(model, processor, batch, device, eos, pad, settings) -> list[dict]:
+def _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic: bool) -> list[dict]:
     import torch
 
     texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in batch]
@@ -193,7 +192,8 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings) -> list
         ended = next((i for i, t in enumerate(tokens) if t in eos), None)
         kept = tokens[:ended] if ended is not None else tokens
         completion = processor.tokenizer.decode(kept, skip_special_tokens=True)
-        records.append(to_record(row, completion, prompt_tokens=int(n_prompt), completion_tokens=len(kept),
+        records.append(to_record(row, completion, symbolic=symbolic, prompt_tokens=int(n_prompt),
+                                 completion_tokens=len(kept),
                                  finish_reason="stop" if ended is not None else "length", **settings))
     return records
 

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from vlrl import data, evaluate, export, model, prompts, report, train, warmstart
+from vlrl import compare, data, evaluate, export, model, prompts, report, train, warmstart
 from vlrl.config import RunConfig
 from vlrl.rundir import RunDir
 
@@ -98,14 +98,15 @@ def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: RunDir, 
         path.unlink(missing_ok=True)
     e = config.eval
     return evaluate.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
-                             max_new_tokens=e.max_new_tokens, image_dir=run.eval_images, log=log)
+                             max_new_tokens=e.max_new_tokens, symbolic=config.training.reward == "symbolic",
+                             image_dir=run.eval_images, log=log)
 
 
 def compare_run(run: RunDir, log=print) -> dict:
     """The before/after comparison of the run's eval files, written to comparison.json and summarized."""
-    comparison = evaluate.compare(run.eval_before, run.eval_after)
+    comparison = compare.compare(run.eval_before, run.eval_after)
     run.comparison.write_text(json.dumps(comparison, indent=2))
-    log(evaluate.summary(comparison))
+    log(compare.summary(comparison))
     return comparison
 
 
