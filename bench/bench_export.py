@@ -73,7 +73,7 @@ def main() -> None:
         "command": " ".join(["VLRL_CACHE=/work/cache python bench/bench_export.py", *sys.argv[1:]]),
         "run_seconds": run_seconds, "exports": rows,
         "machine": {"cpus": os.cpu_count(), "torch": torch.__version__, "python": platform.python_version(),
-                    "cuda": torch.cuda.is_available(), "llama_cpp_python": export._llama_cpp_version(),
+                    "cuda": torch.cuda.is_available(), "llama_cpp_python": export.llama_cpp_version(),
                     "load_average_1_5_15_before": [round(x, 2) for x in load_before],
                     "load_average_1_5_15_after": [round(x, 2) for x in load_after]},
         "date": time.strftime("%Y-%m-%d %H:%M"),

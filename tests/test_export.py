@@ -71,7 +71,7 @@ def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
     weights[key] = weights[key] * 2  # what a bad save or a wrong scaling would do
     save_file(weights, str(tmp_path / "adapter_model.safetensors"))
     with pytest.raises(export.ExportError, match="different logits"):
-        export._check_reload(model, processor, tmp_path)
+        export.check_reload(model, processor, tmp_path)
 
 
 def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):

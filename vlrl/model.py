@@ -212,6 +212,23 @@ def _expandable_segments() -> None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 
+def bnb_4bit_config(*, skip_modules: list[str] | None = None):
+    """The one 4-bit quantization vlrl uses, for training on a 4-bit base and for the merged4 export: bitsandbytes
+    NF4 with double quantization, computing in bf16.
+
+    Args:
+        skip_modules: modules left unquantized (merged4 keeps the vision tower and lm_head in 16 bits).
+
+    Returns:
+        A `transformers.BitsAndBytesConfig`.
+    """
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                              bnb_4bit_use_double_quant=True, llm_int8_skip_modules=skip_modules)
+
+
 def _load_transformers(name_or_path, load_in_4bit):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -220,11 +237,7 @@ def _load_transformers(name_or_path, load_in_4bit):
     if load_in_4bit:
         if not torch.cuda.is_available():
             raise ValueError("load_in_4bit needs a CUDA GPU (bitsandbytes); set [model] load_in_4bit = false on CPU.")
-        from transformers import BitsAndBytesConfig
-
-        kwargs["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
-            bnb_4bit_use_double_quant=True)
+        kwargs["quantization_config"] = bnb_4bit_config()
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype, **kwargs)
     processor = AutoProcessor.from_pretrained(name_or_path)
