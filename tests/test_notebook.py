@@ -40,7 +40,7 @@ def test_parameters_cell_defaults_to_the_tiny_preset():
     statements = ast.parse(tagged[0].source).body
     assert all(isinstance(s, ast.Assign) for s in statements)  # plain assignments: papermill overrides each one
     values = {s.targets[0].id: ast.literal_eval(s.value) for s in statements}
-    assert values == {"preset": "tiny", "output_dir": "runs/walkthrough"}
+    assert values == {"preset": "tiny", "run_dir": "runs/walkthrough"}
     from vlrl import config
 
     assert "qwen3-vl-8b-mathvista" in config.presets()  # the preset the parameters cell names for a GPU
@@ -65,7 +65,7 @@ def executed(tmp_path_factory, tiny_dir):
 
     work = tmp_path_factory.mktemp("notebook")
     run_dir = work / "walkthrough"
-    nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)), {"preset": "tiny", "output_dir": str(run_dir)})
+    nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)), {"preset": "tiny", "run_dir": str(run_dir)})
     # The kernel is this interpreter (jupyter_client runs the python3 kernel spec's "python" as sys.executable; an
     # empty JUPYTER_DATA_DIR keeps a user's own python3 spec out) and imports this checkout's vlrl; VLRL_CACHE
     # (conftest) points it at the cached warm tiny model.
