@@ -291,6 +291,7 @@ def _add_config(p, *, run_dir_help: str = "the run directory (default: runs/<the
 
 def parser() -> argparse.ArgumentParser:
     from vlrl.config import EXPORT_FORMATS
+    from vlrl.export.gguf import GGUF_TYPES
 
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -373,7 +374,7 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--output", help="where the export goes (default: RUN_DIR/adapter, merged16, merged4 or gguf)")
     x.add_argument("--base", help="the base checkpoint (default: the adapter's); give the 16-bit model when the "
                    "adapter was trained on a 4-bit one")
-    x.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"], help="GGUF weight type")
+    x.add_argument("--outtype", default="f16", choices=GGUF_TYPES, help="GGUF weight type")
     x.set_defaults(func=cmd_export)
     return p
 
