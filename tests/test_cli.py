@@ -13,9 +13,10 @@ from vlrl.cli import main
 def _one_line_error(capsys, command: str) -> str:
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err + captured.out
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert lines and lines[0].startswith(f"vlrl {command}: "), captured.err
-    return captured.err
+    lines = [line for line in captured.err.splitlines() if line.strip()]  # progress bars may come first
+    errors = [line for line in lines if line.startswith(f"vlrl {command}: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], captured.err
+    return errors[0]
 
 
 FAILURES = [  # (argv, command, words of the message)

@@ -69,7 +69,7 @@ def split(config: RunConfig, rows, report: data.DataReport | None = None):
                               exclude_images=warmstart.held_out_exclusions(config))
 
 
-def prepare(config: RunConfig, processor, run: RunDir | None = None, log=print):
+def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print):
     """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`)."""
     rows, data_report = data.load_rows(config.data, return_report=True)
@@ -81,7 +81,7 @@ def prepare(config: RunConfig, processor, run: RunDir | None = None, log=print):
                                                      report=data_report, part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
-        data_report.save(run.data_report)
+        data_report.save(RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
     log(f"data: {len(train_ds)} training items, {len(eval_ds)} held-out items "
         f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
@@ -90,9 +90,11 @@ def prepare(config: RunConfig, processor, run: RunDir | None = None, log=print):
 
 # --- eval, training, export ----------------------------------------------------------------------------------------
 
-def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: RunDir, when: str, log=print) -> list[dict]:
+def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
+                    log=print) -> list[dict]:
     """Greedy eval of the held-out items into eval_<when>.jsonl ("before" resumes a partial file; "after" always
     starts over, since records of an earlier adapter must never be scored as this one's)."""
+    run = RunDir.of(run)
     path = run.eval_file(f"eval_{when}")
     if when == "after":
         path.unlink(missing_ok=True)
@@ -102,22 +104,24 @@ def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: RunDir, 
                              image_dir=run.eval_images, log=log)
 
 
-def compare_run(run: RunDir, log=print) -> dict:
+def compare_run(run: str | Path | RunDir, log=print) -> dict:
     """The before/after comparison of the run's eval files, written to comparison.json and summarized."""
+    run = RunDir.of(run)
     comparison = compare.compare(run.eval_before, run.eval_after)
     run.comparison.write_text(json.dumps(comparison, indent=2))
     log(compare.summary(comparison))
     return comparison
 
 
-def train_policy(config: RunConfig, policy, processor, train_ds, run: RunDir, log=print):
+def train_policy(config: RunConfig, policy, processor, train_ds, run: str | Path | RunDir, log=print):
     """GSPO training in the run directory, continuing from its last checkpoint when there is one."""
     return train.train(config, policy, processor, train_ds, run, resume=True, log=log)
 
 
-def export_policy(config: RunConfig, policy, processor, run: RunDir, log=print) -> dict:
+def export_policy(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print) -> dict:
     """The adapter (verified from disk), then each other format of [export] formats from it, verified. Returns the
     checks by format."""
+    run = RunDir.of(run)
     checks = {"lora": export.export_adapter(policy, processor, run.adapter, run_dir=run.path, log=log)}
     for fmt in config.export.formats:
         if fmt != "lora":
