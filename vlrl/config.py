@@ -71,6 +71,9 @@ class TrainingConfig:
     generation_batch_size: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     seed: int = 0
+    # Experiment trackers, passed to TRL as report_to: "none", an integration name ("tensorboard", "trackio",
+    # "wandb", ...; TRACKERS) or a list of them. train_log.jsonl is written either way.
+    report_to: str | list[str] = "none"
 
 
 @dataclass
@@ -103,6 +106,9 @@ BACKENDS = ("auto", "unsloth", "transformers")
 # The models vlrl builds and warm-starts itself (vlrl.tiny), by name -> size; tiny-small: the GPU learning demo.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
+# What transformers 5.17 accepts as report_to (its INTEGRATION_TO_CALLBACK, plus "all" and "none"); tests check it.
+TRACKERS = ("none", "all", "tensorboard", "trackio", "wandb", "mlflow", "comet_ml", "azure_ml", "neptune",
+            "codecarbon", "clearml", "dagshub", "flyte", "dvclive", "swanlab", "kubeflow")
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -259,6 +265,19 @@ def validate(config: RunConfig) -> None:
             f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
             f"({d.max_prompt_tokens}) + [eval] max_new_tokens ({e.max_new_tokens}); raise max_seq_length to at "
             f"least {d.max_prompt_tokens + e.max_new_tokens} or lower max_new_tokens.")
+    # Names only: whether a tracker's package is installed is checked by transformers when the run starts, so a
+    # run file that names one validates offline on any machine.
+    trackers = [t.report_to] if isinstance(t.report_to, str) else t.report_to
+    if not isinstance(trackers, list) or not all(isinstance(x, str) for x in trackers):
+        raise ConfigError(f'[training] report_to = {t.report_to!r} must be a tracker name or a list of them, e.g. '
+                          'report_to = "tensorboard" or ["tensorboard", "trackio"]; "none" turns tracking off.')
+    for tracker in trackers:
+        if tracker not in TRACKERS:
+            raise ConfigError(f"[training] report_to names {tracker!r}, which transformers does not report to; choose "
+                              f"from {', '.join(TRACKERS)}.{_did_you_mean(tracker, TRACKERS)}")
+    if len(trackers) > 1 and {"none", "all"} & set(trackers):
+        raise ConfigError(f'[training] report_to = {t.report_to!r} mixes "none" or "all" with other trackers; write '
+                          'report_to = "none", report_to = "all" (every installed tracker), or a list of names.')
     unknown = [f for f in config.export.formats if f not in EXPORT_FORMATS]
     if unknown:
         raise ConfigError(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
@@ -419,7 +438,8 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         router_aux_loss_coef=0.0,  # dense models: no MoE auxiliary loss (TRL resolves 0.0; Unsloth sets 0.0)
         vllm_importance_sampling_correction=False,  # vlrl generates with the policy itself, no vLLM mismatch
         save_only_model=False,  # checkpoints keep optimizer, scheduler and RNG state, so --resume is exact
-        report_to="none",
+        report_to="none",  # no experiment tracker unless asked ([training] report_to)
+        trackio_static_space_id=False,  # with trackio: never publish the metrics as a Space on the Hub; they stay local
         bf16=cuda and torch.cuda.is_bf16_supported(),
         fp16=False,
         gradient_checkpointing=cuda,  # saves activation memory on GPU; on CPU (tiny model) it only costs time
