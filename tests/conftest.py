@@ -5,12 +5,19 @@ Nothing here touches a model hub.
 """
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
+# trackio fixes its store's location when first imported (importing TRL does that): the tests' runs go to a store of
+# their own, removed at the end, never the user's ~/.cache/huggingface/trackio, and never to a Space or a server
+TRACKIO_DIR = os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="vlrl-trackio-")
+for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
+    os.environ.pop(variable, None)
 
 TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
 
@@ -54,3 +61,7 @@ def tiny_run(tmp_path_factory, tiny_dir) -> Path:
     out = tmp_path_factory.mktemp("run") / "demo"
     assert main(["run", "--preset", "tiny", "--run-dir", str(out)]) == 0
     return out
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(TRACKIO_DIR, ignore_errors=True)

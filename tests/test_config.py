@@ -1,5 +1,6 @@
 """The GSPO recipe as a GRPOConfig, run files and their validation, and the shipped presets."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -69,6 +70,27 @@ def test_recipe_values_are_what_the_trainer_receives(tmp_path):
     assert args.save_only_model is False  # checkpoints keep the optimizer and RNG state for --resume
 
 
+def test_trackers_are_the_integrations_transformers_reports_to():
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    assert set(cfg.TRACKERS) == {"none", "all", *INTEGRATION_TO_CALLBACK}
+
+
+@pytest.mark.parametrize("report_to,expected", [("none", []), ("tensorboard", ["tensorboard"]),
+                                                (["tensorboard", "trackio"], ["tensorboard", "trackio"]),
+                                                ("wandb", ["wandb"])])  # wandb is not installed: the run says so
+def test_report_to_passes_through_to_the_trainer(report_to, expected, tmp_path):
+    from vlrl.train import grpo_args
+
+    (tmp_path / "run.toml").write_text(f"[training]\nreport_to = {json.dumps(report_to)}\n")
+    config = cfg.load(tmp_path / "run.toml")  # validation names trackers only; it needs none installed
+    args = grpo_args(config, tmp_path / "my-run")
+    assert (args.report_to, args.project, args.run_name) == (expected, "vlrl", "my-run")
+    assert args.trackio_static_space_id is False  # trackio never publishes a Space
+    (tmp_path / "resolved.toml").write_text(cfg.to_toml(config))  # what config.toml in the run directory holds
+    assert cfg.load(tmp_path / "resolved.toml") == config
+
+
 # Each bad run file, and the words its error must contain: the key, the value, and the fix.
 BAD_FILES = [
     # unknown names, with a suggestion
@@ -77,12 +99,14 @@ BAD_FILES = [
     ("[model]\nbackend = \"unslot\"", ["backend", "'unslot'", "Did you mean 'unsloth'"]),
     ("[training]\nrecipe = \"gspo_paper\"", ["recipe", "'gspo_paper'", "gspo-paper"]),
     ("[export]\nformats = [\"lora\", \"onnx\"]", ["formats", "onnx", "merged16"]),
+    ("[training]\nreport_to = \"tensorbord\"", ["report_to", "'tensorbord'", "Did you mean 'tensorboard'"]),
     # wrong types
     ("[model]\nlora_r = \"16\"", ["lora_r", "'16'", "integer", "lora_r = 16"]),
     ("[model]\nload_in_4bit = 1", ["load_in_4bit", "true or false", "load_in_4bit = false"]),
     ("[training]\nlearning_rate = \"5e-6\"", ["learning_rate", "a number"]),
     ("[export]\nformats = \"lora\"", ["formats", "list of strings", "[\"lora\"]"]),
     ("model = 3", ["model = 3", "section [model]"]),
+    ("[training]\nreport_to = 1", ["report_to = 1", "tracker name or a list", '"tensorboard"']),
     # out of range
     ("[training]\nlearning_rate = 2.0", ["learning_rate = 2.0", "(0, 1)", "5e-6"]),
     ("[training]\ntemperature = 0.0", ["temperature = 0.0", "(0, 10)"]),
@@ -107,6 +131,8 @@ BAD_FILES = [
     ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of both", "e.g. 8"]),
     ("[training]\nrecipe = \"gspo-paper\"\ngeneration_batch_size = 8", ["gspo-paper", "remove one"]),
     ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
+    ("[training]\nreport_to = [\"none\", \"trackio\"]", ["report_to = ['none', 'trackio']", "mixes",
+                                                    'report_to = "none"']),
 ]
 
 

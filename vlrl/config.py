@@ -80,6 +80,9 @@ class TrainingConfig:
     # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
     reward: str = "mathvista"
     seed: int = 0
+    # Experiment trackers, passed to TRL as report_to: "none", an integration name ("tensorboard", "trackio",
+    # "wandb", ...; TRACKERS) or a list of them. train_log.jsonl is written either way.
+    report_to: str | list[str] = "none"
 
 
 @dataclass
@@ -113,7 +116,10 @@ BACKENDS = ("auto", "unsloth", "transformers")
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
-REWARDS = ("mathvista", "symbolic")  # the reward sets of vlrl.rewards.REWARD_SETS
+REWARDS = ("mathvista", "symbolic")  # the reward sets of vlrl.rewards.reward_funcs
+# What transformers 5.17 accepts as report_to (its INTEGRATION_TO_CALLBACK, plus "all" and "none"); tests check it.
+TRACKERS = ("none", "all", "tensorboard", "trackio", "wandb", "mlflow", "comet_ml", "azure_ml", "neptune",
+            "codecarbon", "clearml", "dagshub", "flyte", "dvclive", "swanlab", "kubeflow")
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -399,10 +405,27 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add(f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
                 f"({d.max_prompt_tokens}) + {name} ({budget}); raise max_seq_length to at least "
                 f"{d.max_prompt_tokens + budget} or lower {name.split()[-1]}.")
+    problems += _tracker_problems(t.report_to)
     unknown = [f for f in config.export.formats if f not in EXPORT_FORMATS]
     if unknown:
         add(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
             f"{', '.join(EXPORT_FORMATS)}.")
+    return problems
+
+
+def _tracker_problems(report_to) -> list[str]:
+    """Names only: whether a tracker's package is installed is checked by transformers when the run starts, so a run
+    file that names one validates offline on any machine."""
+    trackers = [report_to] if isinstance(report_to, str) else report_to
+    if not isinstance(trackers, list) or not all(isinstance(x, str) for x in trackers):
+        return [f'[training] report_to = {report_to!r} must be a tracker name or a list of them, e.g. report_to = '
+                '"tensorboard" or ["tensorboard", "trackio"]; "none" turns tracking off.']
+    problems = [f"[training] report_to names {tracker!r}, which transformers does not report to; choose from "
+                f"{', '.join(TRACKERS)}.{_did_you_mean(tracker, TRACKERS)}" for tracker in trackers
+                if tracker not in TRACKERS]
+    if len(trackers) > 1 and {"none", "all"} & set(trackers):
+        problems.append(f'[training] report_to = {report_to!r} mixes "none" or "all" with other trackers; write '
+                        'report_to = "none", report_to = "all" (every installed tracker), or a list of names.')
     return problems
 
 

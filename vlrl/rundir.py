@@ -78,6 +78,10 @@ class RunDir:
         return self.path / "train_log.jsonl"
 
     @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 

@@ -36,7 +36,7 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
         gradient_accumulation_steps=t.gradient_accumulation_steps, num_generations=t.num_generations,
         max_completion_length=t.max_completion_length, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
         temperature=t.temperature, logging_steps=t.logging_steps, save_strategy="steps", save_steps=t.save_steps,
-        seed=t.seed, data_seed=t.seed, **rollout,
+        seed=t.seed, data_seed=t.seed, report_to=t.report_to, project="vlrl", run_name=run.path.name, **rollout,
     )
 
 
@@ -55,12 +55,33 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
                           processing_class=processor,
                           callbacks=[monitor, JsonlLogger(run.train_log), *callbacks])
     trainer.degeneration_monitor = monitor
+    # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
+    # callback passed in, and would log the step without them
+    trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
+    _point_trackers(trainer, run, log)
     if fast_generation is None:
         fast_generation = config.training.fast_generation
     if fast_generation and backend_of(model) == "transformers":  # Unsloth patches generation itself
         enable_fast_generation(trainer, max_cache_len=config.data.max_prompt_tokens
                                + config.training.max_completion_length)
     return trainer
+
+
+def _point_trackers(trainer, run: RunDir, log) -> None:
+    """TensorBoard writes into the run's tensorboard/ (unless TENSORBOARD_LOGGING_DIR says otherwise); says where each
+    tracker's files go. trackio keeps its own store: TRACKIO_DIR, read once when trackio is imported (TRL does that)."""
+    from transformers.integrations import TensorBoardCallback
+
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and callback.logging_dir is None:
+            callback.logging_dir = str(run.tensorboard)
+            log(f"tensorboard: {callback.logging_dir} (tensorboard --logdir {callback.logging_dir})")
+    if "trackio" in trainer.args.report_to:
+        import trackio
+
+        store, project = trackio.utils.TRACKIO_DIR, trainer.args.project
+        log(f"trackio: project {project}, run {trainer.args.run_name}, in {store} "
+            f"(TRACKIO_DIR={store} trackio show --project {project})")
 
 
 def enable_fast_generation(trainer, max_cache_len: int) -> None:
@@ -115,6 +136,7 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
         log(f"resume: no checkpoint in {run.checkpoints} yet; starting from step 0")
     if last is None:  # a fresh start: stale checkpoints or log lines from an earlier run would mix into this one
         shutil.rmtree(run.checkpoints, ignore_errors=True)
+        shutil.rmtree(run.tensorboard, ignore_errors=True)
         run.train_log.unlink(missing_ok=True)
     else:
         _truncate_log(run.train_log, _checkpoint_step(last))

@@ -1,0 +1,54 @@
+"""Experiment tracking ([training] report_to): a few real GSPO steps on the tiny model reported to TensorBoard and to
+trackio, read back with each tool's own reader, and compared with what train_log.jsonl recorded."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlrl import config as cfg
+from vlrl import model, prompts, synthetic, train
+
+# TRL's numbers, the reward terms and the degeneration monitor's: each tool gets them as train/<name>
+METRICS = ("loss", "reward", "rewards/format_reward/mean", "rewards/correctness_reward/mean",
+           "completions/mean_length", "degeneration/rate", "learning_rate")
+
+
+def _train(tiny_dir, run_dir: Path, report_to) -> list[dict]:
+    """Two GSPO steps reported to `report_to`; returns train_log.jsonl's per-step records."""
+    config = cfg.preset("tiny")
+    for key, value in {"max_steps": 2, "save_steps": 100, "max_completion_length": 24, "report_to": report_to}.items():
+        setattr(config.training, key, value)
+    cfg.validate(config)
+    policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
+    rows = prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64))
+    train.train(config, policy, processor, rows, run_dir)
+    records = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "reward" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    return steps
+
+
+def test_tensorboard_event_files_hold_every_logged_step(tiny_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    logged = _train(tiny_dir, tmp_path, "tensorboard")
+    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()  # inside the run directory
+    for name in METRICS:
+        scalars = events.Scalars(f"train/{name}")
+        assert [s.step for s in scalars] == [1, 2], name
+        # TensorBoard stores 32-bit floats
+        assert [s.value for s in scalars] == [pytest.approx(r[name], rel=1e-6, abs=1e-7) for r in logged], name
+
+
+def test_trackio_store_holds_every_logged_step(tiny_dir, tmp_path):
+    from trackio import Api
+    from trackio.sqlite_storage import SQLiteStorage
+
+    run_dir = tmp_path / "tracked-run"
+    logged = _train(tiny_dir, run_dir, ["trackio"])
+    assert [run.name for run in Api().runs("vlrl")] == ["tracked-run"]  # project vlrl, run named after its directory
+    rows = [r for r in SQLiteStorage.get_logs("vlrl", "tracked-run") if "train/reward" in r]
+    assert [r["train/global_step"] for r in rows] == [1, 2]
+    for name in METRICS:
+        assert [r[f"train/{name}"] for r in rows] == [pytest.approx(r[name]) for r in logged], name
