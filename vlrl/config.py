@@ -418,8 +418,8 @@ def _tracker_problems(report_to) -> list[str]:
     file that names one validates offline on any machine."""
     trackers = [report_to] if isinstance(report_to, str) else report_to
     if not isinstance(trackers, list) or not all(isinstance(x, str) for x in trackers):
-        return [f'[training] report_to = {report_to!r} must be a tracker name or a list of them, e.g. report_to = '
-                '"tensorboard" or ["tensorboard", "trackio"]; "none" turns tracking off.']
+        return [(f'[training] report_to = {report_to!r} must be a tracker name or a list of them, e.g. report_to = '
+                 '"tensorboard" or ["tensorboard", "trackio"]; "none" turns tracking off.')]
     problems = [f"[training] report_to names {tracker!r}, which transformers does not report to; choose from "
                 f"{', '.join(TRACKERS)}.{_did_you_mean(tracker, TRACKERS)}" for tracker in trackers
                 if tracker not in TRACKERS]
