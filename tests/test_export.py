@@ -52,6 +52,21 @@ def test_run_writes_a_model_card(tiny_run):
     assert "PeftModel.from_pretrained" in card and "Not recorded" not in card
 
 
+def test_model_card_reads_the_run_directory(tmp_path):
+    from vlrl import config
+    from vlrl.rundir import RunDir
+
+    run = RunDir(tmp_path / "demo").start(config.preset("tiny"))
+    run.comparison.write_text(json.dumps({"n_paired": 4, "accuracy_before": 0.25, "accuracy_after": 0.5}))
+    run.adapter.mkdir()
+    (run.adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen3-VL-8B"}))
+    stats = {"nonzero_lora_B": 2, "lora_B_tensors": 2, "all_finite": True, "reload_gap": 0.0, "adapter_effect": 0.2}
+    card = export.write_model_card(run.adapter, stats, run_dir=run.path).read_text()
+    assert "# tiny: LoRA adapter trained with vlrl (GSPO)" in card and "base_model: Qwen/Qwen3-VL-8B" in card
+    assert "| accuracy | 25.0% | 50.0% |" in card and "- source: `synthetic`" in card
+    assert "Not recorded" not in card
+
+
 @pytest.mark.slow
 def test_export_lora_reloads_to_the_same_logits(run_copy):
     assert main(["export", str(run_copy), "--format", "lora"]) == 0
