@@ -69,7 +69,7 @@ def test_model_card_reads_the_run_directory(tmp_path):
 
 @pytest.mark.slow
 def test_export_lora_reloads_to_the_same_logits(run_copy):
-    assert main(["export", str(run_copy), "--format", "lora"]) == 0
+    assert main(["export", "--run-dir", str(run_copy), "--format", "lora"]) == 0
     result = exports(run_copy)["lora"]
     assert result["reload_gap"] <= export.TOLERANCE["adapter"]
     assert result["adapter_effect"] > 0.01  # the trained adapter visibly moves the logits
@@ -97,19 +97,19 @@ def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):
         export.export_adapter(model, processor, run_copy / "untrained")
     shutil.rmtree(run_copy / "adapter")
     model.save_pretrained(str(run_copy / "adapter"))
-    assert main(["export", str(run_copy), "--format", "merged16"]) == 1
+    assert main(["export", "--run-dir", str(run_copy), "--format", "merged16"]) == 1
     assert "untrained" in capsys.readouterr().err
     assert not (run_copy / "merged16").exists()
 
 
 def test_export_errors_are_clear(tmp_path, capsys):
-    assert main(["export", str(tmp_path / "missing"), "--format", "lora"]) == 1
+    assert main(["export", "--run-dir", str(tmp_path / "missing"), "--format", "lora"]) == 1
     assert "no run directory" in capsys.readouterr().err
     (tmp_path / "unfinished").mkdir()
-    assert main(["export", str(tmp_path / "unfinished"), "--format", "gguf"]) == 1
+    assert main(["export", "--run-dir", str(tmp_path / "unfinished"), "--format", "gguf"]) == 1
     assert "holds no adapter" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: "invalid choice: 'onnx' (choose from lora, merged16, ...)"
-        main(["export", str(tmp_path), "--format", "onnx"])
+        main(["export", "--run-dir", str(tmp_path), "--format", "onnx"])
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(ValueError, match="unknown export format"):
         export.export_run(tmp_path, "onnx")
@@ -136,7 +136,7 @@ def test_merged_fp32_matches_base_plus_adapter(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_export_merged16(run_copy):
-    assert main(["export", str(run_copy), "--format", "merged16"]) == 0
+    assert main(["export", "--run-dir", str(run_copy), "--format", "merged16"]) == 0
     result = exports(run_copy)["merged16"]
     assert result["dtype"] == "bf16" and result["logits_gap"] <= export.TOLERANCE["bf16"]
     assert result["vision_tensors_unchanged"] > 0
@@ -146,13 +146,13 @@ def test_export_merged16(run_copy):
 
 @pytest.mark.skipif(CUDA, reason="checks the CPU error; the GPU test below exports for real")
 def test_merged4_without_cuda_is_a_clear_error(run_copy, capsys):
-    assert main(["export", str(run_copy), "--format", "merged4"]) == 1
+    assert main(["export", "--run-dir", str(run_copy), "--format", "merged4"]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(not CUDA, reason="bitsandbytes 4-bit needs CUDA")
 def test_merged4_on_gpu(run_copy):
-    assert main(["export", str(run_copy), "--format", "merged4"]) == 0
+    assert main(["export", "--run-dir", str(run_copy), "--format", "merged4"]) == 0
     result = exports(run_copy)["merged4"]
     assert result["logits_gap"] <= export.TOLERANCE["4bit"] and result["vision_tensors_unchanged"] > 0
     config = json.loads((run_copy / "merged4" / "config.json").read_text())
@@ -166,7 +166,7 @@ def test_merged4_on_gpu(run_copy):
 def test_export_gguf_verified_by_llama_cpp(run_copy):
     """One GGUF export (f32, the strictest tolerance; f16/bf16/q8_0 are measured in bench/results/export.md)."""
     tools = require_llama_cpp()
-    assert main(["export", str(run_copy), "--format", "gguf", "--outtype", "f32"]) == 0
+    assert main(["export", "--run-dir", str(run_copy), "--format", "gguf", "--outtype", "f32"]) == 0
     result = exports(run_copy)["gguf"]
     tolerance = export.TOLERANCE["gguf-f32"]
     assert result["tokenizer_match"]

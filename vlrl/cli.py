@@ -56,6 +56,13 @@ def _run_dir(args, config):
     return RunDir.for_config(config, getattr(args, "run_dir", None))
 
 
+def _named_run_dir(args):
+    """The run a command reads: --run-dir, else runs/<name> of --config / --preset."""
+    from vlrl.rundir import RunDir
+
+    return RunDir(args.run_dir) if args.run_dir else _run_dir(args, _config(args, default_preset=None))
+
+
 def _activate(config) -> None:
     """Imports Unsloth (when the run uses it) before anything imports transformers or TRL, as Unsloth requires."""
     from vlrl.errors import ConfigError
@@ -157,8 +164,7 @@ def cmd_eval(args) -> int:
 def cmd_report(args) -> int:
     from vlrl.report import render
 
-    config = _config(args, default_preset=None)
-    render(_run_dir(args, config).path, log=print)
+    render(_named_run_dir(args).path, log=print)
     return 0
 
 
@@ -270,8 +276,7 @@ def cmd_serve_rewards(args) -> int:
 def cmd_export(args) -> int:
     from vlrl.export import export_run
 
-    config = _config(args, default_preset=None)
-    result = export_run(_run_dir(args, config).path, args.format, output_dir=args.output, base=args.base,
+    result = export_run(_named_run_dir(args).path, args.format, output_dir=args.output, base=args.base,
                         outtype=args.outtype)
     print(json.dumps(result, indent=2))
     return 0

@@ -74,7 +74,7 @@ def export_run(run_dir: str | Path, fmt: str, *, output_dir: str | Path | None =
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
     run = RunDir(run_dir)
     if not run.path.is_dir():
-        raise ExportError(f"no run directory at {run.path}; give the directory of a finished `vlrl run`.")
+        raise ExportError(f"no run directory at {run.path}; give the --run-dir of a finished `vlrl run`.")
     if not (run.adapter / "adapter_config.json").exists():
         raise ExportError(f"{run.path} holds no adapter (adapter/adapter_config.json): the run has not finished "
                           "training. Finish it with `vlrl run` first.")
