@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from results_io import write_results
 
+from data.mathvista_official import edit_distance, official_prediction
 from vlrl import answers
 
 META = ("question_type", "choices", "precision", "unit", "answer_type")
@@ -91,38 +92,6 @@ NON_ANSWER = ("n/a", "none", "cannot", "can't", "not provided", "not possible", 
 
 
 # --- MathVista's official rule, as evaluation/calculate_score.py writes it today --------------------------
-
-def edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
-    return row[-1]
-
-
-def official_prediction(extraction, item: dict):
-    """normalize_extracted_answer of calculate_score.py: option letter -> option, else the nearest option by
-    edit distance; integer -> str(int(float(x))); float -> str(round(float(x), precision)); list -> str(x)."""
-    if item["question_type"] == "multi_choice":
-        text = extraction.strip() if isinstance(extraction, str) else str(extraction)
-        letter = re.findall(r"\(([a-zA-Z])\)", text)
-        if letter:
-            text = letter[0].upper()
-        letters = [chr(ord("A") + i) for i in range(len(item["choices"]))]
-        if text in letters:
-            return item["choices"][letters.index(text)]
-        distances = [edit_distance(text, choice) for choice in item["choices"]]
-        return item["choices"][distances.index(min(distances))]
-    try:
-        if item["answer_type"] == "integer":
-            return str(int(float(extraction)))
-        if item["answer_type"] == "float":
-            return str(round(float(extraction), int(item["precision"])))
-        return str(extraction)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
 
 # --- reading option notations, for the classes (the bench's own checks, not vlrl's rule) ---------------------
 

@@ -1,52 +1,17 @@
 """vlrl agrees with MathVista's official scoring on every clean prediction (rewards/SPEC.md section 10).
 
-`official_correct` transcribes the rules of evaluation/calculate_score.py in the MathVista repository: option
+`official_correct` (data/mathvista_official.py) transcribes the rules of evaluation/calculate_score.py in the MathVista repository: option
 letter -> option text, anything else snapped to the nearest option by edit distance; integer answers ->
 str(int(float(x))); float answers -> str(round(float(x), precision)); then string equality. Where vlrl
 disagrees on purpose, the test names the documented case.
 """
 
-import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from data.mathvista_official import official_correct
 from vlrl import answers
-
-
-def edit_distance(a: str, b: str) -> int:
-    row = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        previous, row[0] = row[0], i
-        for j, cb in enumerate(b, 1):
-            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (ca != cb))
-    return row[-1]
-
-
-def official_correct(extraction: str, answer: str, *, question_type, answer_type, precision, choices,
-                     **_) -> bool:
-    if question_type == "multi_choice":
-        extraction = extraction.strip()
-        letter = re.findall(r"\(([a-zA-Z])\)", extraction)
-        if letter:
-            extraction = letter[0].upper()
-        options = [chr(ord("A") + i) for i in range(len(choices))]
-        if extraction in options:
-            extraction = choices[options.index(extraction)]
-        else:
-            distances = [edit_distance(extraction, choice) for choice in choices]
-            extraction = choices[distances.index(min(distances))]
-    elif answer_type == "integer":
-        try:
-            extraction = str(int(float(extraction)))
-        except ValueError:
-            extraction = None
-    elif answer_type == "float":
-        try:
-            extraction = str(round(float(extraction), int(precision)))
-        except ValueError:
-            extraction = None
-    return extraction == answer
 
 
 def both(pred: str, gold: str, **meta) -> tuple[bool, bool]:
