@@ -20,6 +20,16 @@ for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
     os.environ.pop(variable, None)
 
 TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
+RUN_FIXTURES = {"tiny_run"}  # fixtures that build a full `vlrl run`: a test using one (even through another) is slow
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(config, items):
+    """A test that needs a full tiny run is in the slow set whatever its own marks say, so that `-m "not slow"`
+    (`make test-fast`) never builds a run."""
+    for item in items:
+        if RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
