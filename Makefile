@@ -21,7 +21,7 @@ install: $(BIN)/vlrl
 # `pip wheel` of the 0.3.36 sdist on the 2-core dev machine: 193 -> 136 build steps, 880 -> 526 CPU-seconds
 # (user+sys), about 7.3 -> 4.4 minutes on two idle cores (measured wall, shared cores: 35:06 -> 12:43).
 GGUF_CMAKE_ARGS := -DGGML_NATIVE=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama_cpp_libs_only.cmake
-$(VENV)/.gguf: $(BIN)/vlrl scripts/llama_cpp_libs_only.cmake
+$(VENV)/.gguf: $(BIN)/vlrl
 	CMAKE_ARGS="$(GGUF_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[gguf]'
 	touch $@
 
