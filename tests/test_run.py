@@ -81,7 +81,7 @@ def test_vlrl_eval_sample_draws_reproducible_samples_and_records_the_task(run_di
 
     paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
     for path, seed in zip(paths, (0, 0, 1)):
-        args = ["eval", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path), "--sample",
+        args = ["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path), "--sample",
                 "--temperature", "1.5", "--seed", str(seed)]
         assert main(args) == 0
     first, again, other = (read_records(p) for p in paths)

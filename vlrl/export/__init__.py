@@ -1,6 +1,6 @@
 """Export what a run trained: the LoRA adapter, a merged checkpoint, and GGUF files for llama.cpp — each verified.
 
-    vlrl export runs/demo --format lora | merged16 | merged4 | gguf
+    vlrl export --run-dir runs/demo --format lora | merged16 | merged4 | gguf
     export_run("runs/demo", "gguf", outtype="f16")
 
 This package's front door: `export_run` (one format of a run directory's adapter, its checks recorded in the run's

@@ -1,7 +1,7 @@
 """The report of a run: plots (PNG), one self-contained `report.html` read from the run directory alone, and the
 same pieces as inline views for a notebook.
 
-    vlrl report runs/demo     # -> runs/demo/report.html and runs/demo/plots/{comparison,training}.png
+    vlrl report --run-dir runs/demo     # -> runs/demo/report.html and runs/demo/plots/{comparison,training}.png
 
     plots.py    plot_comparison, plot_training, training_series
     page.py     render -> report.html (CSP: no script, no network, images as data URIs)

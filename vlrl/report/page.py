@@ -1,6 +1,6 @@
 """report.html: one self-contained page of a run, read from the run directory alone, with its plots.
 
-    vlrl report runs/demo     # -> runs/demo/report.html and runs/demo/plots/{comparison,training}.png
+    vlrl report --run-dir runs/demo     # -> runs/demo/report.html and runs/demo/plots/{comparison,training}.png
 
 The page holds the verdict, the before/after comparison with its statistics, the training curves, every flipped
 item (correctness, then format) with its image, question, gold answer and both completions, the data report and
