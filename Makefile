@@ -18,8 +18,8 @@ install: $(BIN)/vlrl
 # (not by these flags). GGML_NATIVE=OFF: the wheel runs on any x86-64-v3 machine. The include file leaves out
 # llama.cpp's `common` library (CLI, chat parsers, HTTP client), which the Python package never loads; vlrl uses
 # libllama (Llama: logits, LoRA adapters), libggml* and libmtmd (the mmproj), whose machine code is unchanged.
-# `pip wheel` of the 0.3.36 sdist on the 2-core dev machine: 193 -> 136 build steps, 880 -> 526 CPU-seconds
-# (user+sys), about 7.3 -> 4.4 minutes on two idle cores (measured wall, shared cores: 35:06 -> 12:43).
+# `pip wheel` of the 0.3.36 sdist on the idle 2-core dev machine: 193 -> 136 build steps, 6:57 -> 4:16 wall,
+# 814 -> 494 CPU-seconds (user+sys); the whole `pip install` of the extra with these flags took 4:42.
 GGUF_CMAKE_ARGS := -DGGML_NATIVE=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama_cpp_libs_only.cmake
 $(VENV)/.gguf: $(BIN)/vlrl
 	CMAKE_ARGS="$(GGUF_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[gguf]'
