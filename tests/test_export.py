@@ -89,6 +89,7 @@ def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
         export.check_reload(model, processor, tmp_path)
 
 
+@pytest.mark.slow
 def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):
     from vlrl.model import LoraSettings, load_model
 
@@ -144,12 +145,14 @@ def test_export_merged16(run_copy):
     assert config["dtype"] == "bfloat16" and (run_copy / "merged16" / "tokenizer.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="checks the CPU error; the GPU test below exports for real")
 def test_merged4_without_cuda_is_a_clear_error(run_copy, capsys):
     assert main(["export", "--run-dir", str(run_copy), "--format", "merged4"]) == 1
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CUDA, reason="bitsandbytes 4-bit needs CUDA")
 def test_merged4_on_gpu(run_copy):
     assert main(["export", "--run-dir", str(run_copy), "--format", "merged4"]) == 0

@@ -29,6 +29,7 @@ def _train(tiny_dir, run_dir: Path, report_to) -> list[dict]:
     return steps
 
 
+@pytest.mark.slow  # two real GSPO steps
 def test_tensorboard_event_files_hold_every_logged_step(tiny_dir, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -41,6 +42,7 @@ def test_tensorboard_event_files_hold_every_logged_step(tiny_dir, tmp_path):
         assert [s.value for s in scalars] == [pytest.approx(r[name], rel=1e-6, abs=1e-7) for r in logged], name
 
 
+@pytest.mark.slow  # two real GSPO steps
 def test_trackio_store_holds_every_logged_step(tiny_dir, tmp_path):
     from trackio import Api
     from trackio.sqlite_storage import SQLiteStorage
