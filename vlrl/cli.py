@@ -205,21 +205,17 @@ def cmd_data_inspect(args) -> int:
 
 
 def _inspect_run(args) -> int:
-    from vlrl import run, warmstart
+    from vlrl import run, tiny
+    from vlrl.config import LOCAL_MODELS
 
     config = _config(args)
-    processor = _processor(args.processor or warmstart.model_path(config, log=lambda _: None),
-                           optional=args.processor is None)
+    size = LOCAL_MODELS.get(config.model.name_or_path)  # a local model's processor is its random base's: no warm start
+    model_dir = tiny.ensure_base(seed=config.data.seed, size=size, log=print) if size else config.model.name_or_path
+    processor = _processor(args.processor or model_dir, optional=args.processor is None)
     if processor is None:
         print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "
               "before the length filter ([data] max_prompt_tokens); pass --processor DIR to apply it.")
-        from vlrl import data, prompts
-
-        rows, report = data.load_rows(config.data, return_report=True)
-        train_rows, held = run.split(config, rows, report)
-        train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held)
-    else:
-        train_ds, eval_ds = run.prepare(config, processor, None, log=print)
+    train_ds, eval_ds = run.prepare(config, processor, None, log=print)
     print(f"run {config.name!r}: {len(train_ds)} training items, {len(eval_ds)} held-out items")
     _print_items("train", train_ds, args.n, processor)
     _print_items("held-out", eval_ds, args.n, processor)

@@ -71,14 +71,18 @@ def split(config: RunConfig, rows, report: data.DataReport | None = None):
 
 def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print):
     """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
-    (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`)."""
+    (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
+    Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
     rows, data_report = data.load_rows(config.data, return_report=True)
     train_rows, held_out = split(config, rows, data_report)
     max_tokens = config.data.max_prompt_tokens
-    train_ds, dropped_train = prompts.filter_by_length(prompts.to_dataset(train_rows), processor, max_tokens,
-                                                       report=data_report, part="train")
-    eval_ds, dropped_eval = prompts.filter_by_length(prompts.to_dataset(held_out), processor, max_tokens,
-                                                     report=data_report, part="eval")
+    train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
+    dropped_train = dropped_eval = 0
+    if processor is not None:
+        train_ds, dropped_train = prompts.filter_by_length(train_ds, processor, max_tokens, report=data_report,
+                                                           part="train")
+        eval_ds, dropped_eval = prompts.filter_by_length(eval_ds, processor, max_tokens, report=data_report,
+                                                         part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
         data_report.save(RunDir.of(run).data_report)
