@@ -158,13 +158,18 @@ def _extract_converters(archive: Path, target: Path) -> None:
 
     keep = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "LICENSE", "conversion/", "gguf-py/gguf/",
             "gguf-py/LICENSE")
+    # tarfile's "data" filter exists from Python 3.11.4 / 3.12 (Debian 12's python3 is 3.11.2): without it, only
+    # plain files and folders are extracted, and no name may climb out of `target`.
+    safety = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
     with tarfile.open(archive) as tar:
         for member in tar.getmembers():
             _, sep, inner = member.name.partition("/vendor/llama.cpp/")
             if not sep or not inner.startswith(keep) or not (member.isfile() or member.isdir()):
                 continue
+            if inner.startswith("/") or ".." in Path(inner).parts:
+                raise ExportError(f"{archive.name} holds a path that leaves its folder ({member.name}); not extracted.")
             member.name = inner
-            tar.extract(member, target, filter="data")
+            tar.extract(member, target, **safety)
     if not (target / "convert_hf_to_gguf.py").exists():
         raise ExportError(f"{archive.name} holds no vendor/llama.cpp/convert_hf_to_gguf.py.")
 
