@@ -4,6 +4,7 @@ checkpoints (logits, untouched vision tower), and GGUF files loaded by llama.cpp
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -199,3 +200,29 @@ def test_read_back_tolerance_follows_the_model_precision():
     assert reload_tolerance(layer) == TOLERANCE["adapter"] == 1e-5
     assert reload_tolerance(layer.to(torch.bfloat16)) == TOLERANCE["adapter-bf16"] > 3.0e-3
     assert reload_tolerance(layer.to(torch.float16)) == TOLERANCE["adapter-fp16"]
+
+
+def test_converters_extract_only_what_vlrl_runs_and_nothing_outside(tmp_path):
+    import io
+    import tarfile
+
+    from vlrl.export.gguf import _extract_converters
+
+    def archive(names: list[str]) -> Path:
+        path = tmp_path / f"release-{len(list(tmp_path.iterdir()))}.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            for name in names:
+                info = tarfile.TarInfo(name)
+                info.size = 2
+                tar.addfile(info, io.BytesIO(b"# "))
+        return path
+
+    good = archive(["p-0.3/vendor/llama.cpp/convert_hf_to_gguf.py", "p-0.3/vendor/llama.cpp/gguf-py/gguf/x.py",
+                    "p-0.3/vendor/llama.cpp/tools/server.cpp", "p-0.3/llama_cpp/llama.py"])
+    _extract_converters(good, tmp_path / "tools")
+    found = sorted(str(p.relative_to(tmp_path / "tools")) for p in (tmp_path / "tools").rglob("*.py"))
+    assert found == ["convert_hf_to_gguf.py", "gguf-py/gguf/x.py"]
+    evil = archive(["p-0.3/vendor/llama.cpp/convert_hf_to_gguf.py", "p-0.3/vendor/llama.cpp/gguf-py/gguf/../../../x.py"])
+    with pytest.raises(export.ExportError, match="leaves its folder"):
+        _extract_converters(evil, tmp_path / "evil")
+    assert not (tmp_path / "x.py").exists()
