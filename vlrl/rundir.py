@@ -42,12 +42,6 @@ class RunDir:
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
 
-    def __fspath__(self) -> str:
-        return str(self.path)
-
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
     # --- the files of a run -----------------------------------------------------------------------------------
     @property
     def config_file(self) -> Path:
