@@ -165,10 +165,9 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
 def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: bool = False, log=print):
     """`vlrl train`: load the model and the data as `run()` does, GSPO-train, save the verified adapter."""
-    rd = RunDir.for_config(config, run_dir)
-    rd.check_same(config, action="resume training" if resume else "train")
-    policy, processor = load_policy(config, log)
-    train_ds, _ = prepare(config, processor, rd.start(config), log)
+    rd = RunDir.for_config(config, run_dir).start(config, action="resume training" if resume else "train")
+    policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
+    train_ds, _ = prepare(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
     export.export_adapter(trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
     return trainer
