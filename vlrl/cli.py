@@ -105,9 +105,10 @@ def cmd_sft(args) -> int:
 
 def cmd_validate(args) -> int:
     from vlrl import config as cfg
+    from vlrl.validation import num_processes
 
     config = cfg.resolve(config=args.target, overrides=args.set or (), num_processes=args.processes)
-    print(f"{args.target}: ok (run {config.name!r}, {args.processes or cfg.num_processes()} process(es))")
+    print(f"{args.target}: ok (run {config.name!r}, {args.processes or num_processes()} process(es))")
     return 0
 
 

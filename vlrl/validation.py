@@ -1,0 +1,187 @@
+"""Validation of a run configuration: every problem of values and combinations, one line each, before any model
+loads. `vlrl.config` calls it on every file it reads; `vlrl validate` shows it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+from vlrl.errors import ConfigError
+from vlrl.sections import (
+    BACKENDS,
+    EXPORT_FORMATS,
+    LOCAL_MODELS,
+    REWARDS,
+    TRACKERS,
+    RunConfig,
+    TrainingConfig,
+    did_you_mean,
+)
+
+
+def num_processes() -> int:
+    """The processes training runs in: `accelerate launch` and torchrun set WORLD_SIZE in each; 1 otherwise."""
+    try:
+        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def validate(config: RunConfig, *, num_processes: int | None = None) -> None:
+    """Raises one ConfigError listing every problem of `config` (see `problems_of`); returns None when it is sound."""
+    problems = problems_of(config, num_processes=num_processes)
+    if problems:
+        raise ConfigError(problems)
+
+
+def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[str]:
+    """Every problem of values and combinations, one line each with the rule, the values and the fix.
+
+    Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
+    `num_processes` (default: this launch's, `num_processes()`) enters the batch rules.
+    """
+    from vlrl.recipe import RECIPES
+    from vlrl.synthetic import ALL_TASKS
+
+    processes = num_processes or globals()["num_processes"]()
+    t, m, d, e = config.training, config.model, config.data, config.eval
+    problems = []
+    add = problems.append
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", config.name):
+        add(f"name = {config.name!r} names the run directory (runs/<name>); use letters, digits, '.', '_' or '-' "
+            "only, e.g. name = \"my-run\".")
+    positive = [("training", "per_device_train_batch_size", t.per_device_train_batch_size),
+                ("training", "gradient_accumulation_steps", t.gradient_accumulation_steps),
+                ("training", "max_completion_length", t.max_completion_length),
+                ("training", "logging_steps", t.logging_steps), ("training", "save_steps", t.save_steps),
+                ("eval", "batch_size", e.batch_size), ("eval", "max_new_tokens", e.max_new_tokens),
+                ("data", "max_prompt_tokens", d.max_prompt_tokens), ("data", "num_items", d.num_items),
+                ("model", "lora_r", m.lora_r), ("model", "lora_alpha", m.lora_alpha),
+                ("model", "max_seq_length", m.max_seq_length)]
+    for section, key, value in positive:
+        if value <= 0:
+            add(f"[{section}] {key} = {value} must be positive; set it to a number above 0.")
+    for section, key, value in [("model", "warm_start_steps", m.warm_start_steps),
+                                ("model", "warm_start_items", m.warm_start_items), ("data", "seed", d.seed),
+                                ("training", "seed", t.seed),
+                                ("training", "generation_batch_size", t.generation_batch_size)]:
+        if value < 0:
+            add(f"[{section}] {key} = {value} must be 0 or more.")
+    if not m.name_or_path.strip():
+        add('[model] name_or_path is empty; give a hub id (e.g. "unsloth/Qwen3-VL-8B-Instruct-unsloth-bnb-4bit"), '
+            'a local checkpoint directory, or "tiny".')
+    if m.backend not in BACKENDS:
+        add(f"[model] backend = {m.backend!r} is unknown; choose one of {', '.join(BACKENDS)}."
+            f"{did_you_mean(m.backend, BACKENDS)}")
+    if not 0 <= m.lora_dropout < 1:
+        add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
+    for key in ("warm_start_steps", "warm_start_items"):
+        if getattr(m, key) and m.name_or_path not in LOCAL_MODELS:
+            add(f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds "
+                f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
+                "this model needs a cold start.")
+    problems += _batch_problems(t, processes)
+    if not 0 < t.learning_rate < 1:
+        add(f"[training] learning_rate = {t.learning_rate} must be in (0, 1); the recipe uses 5e-6.")
+    if t.recipe not in RECIPES:
+        add(f"[training] recipe = {t.recipe!r} is unknown; choose one of {', '.join(RECIPES)}."
+            f"{did_you_mean(t.recipe, RECIPES)}")
+    if t.reward not in REWARDS:
+        add(f"[training] reward = {t.reward!r} is unknown; choose \"mathvista\" (MathVista's string and number "
+            f"rules) or \"symbolic\" (also equivalent expressions, for geo3k).{did_you_mean(t.reward, REWARDS)}")
+    if not 0 < t.temperature < 10:
+        add(f"[training] temperature = {t.temperature} must be in (0, 10): 0 samples identical completions (no "
+            "group to compare) and Unsloth refuses 10 or more; the recipe uses 1.0.")
+    if t.max_steps == 0 or t.max_steps < -1:
+        add(f"[training] max_steps = {t.max_steps}: use -1 to train num_train_epochs, or a positive number of "
+            "optimizer steps.")
+    if t.max_steps == -1 and t.num_train_epochs <= 0:
+        add(f"[training] num_train_epochs = {t.num_train_epochs} must be positive when max_steps = -1; set "
+            "num_train_epochs = 1 or a positive max_steps.")
+    if not 0 <= t.stop_on_degeneration <= 1:
+        add(f"[training] stop_on_degeneration = {t.stop_on_degeneration} is a share of completions: use 0 (never "
+            "stop) or a value in (0, 1], e.g. 0.5.")
+    if d.hold_out < 1:
+        add(f"[data] hold_out = {d.hold_out} must be at least 1: the before/after eval needs items.")
+    if d.image_size < 32:
+        add(f"[data] image_size = {d.image_size} is smaller than one merged Qwen-VL patch (32 px); use 32 or more "
+            "(64 for the tiny preset, 512 for real models).")
+    if d.source == "synthetic":
+        if 1 <= d.hold_out and d.hold_out >= d.num_items:
+            add(f"[data] hold_out = {d.hold_out} must be smaller than num_items = {d.num_items}, or nothing is "
+                "left to train on; raise num_items or lower hold_out.")
+        if d.difficulty not in (1, 2, 3):
+            add(f"[data] difficulty = {d.difficulty} must be 1, 2 or 3.")
+        for task in d.tasks:
+            if task not in ALL_TASKS:
+                add(f"[data] tasks names {task!r}, which vlrl.synthetic does not generate; choose from "
+                    f"{', '.join(ALL_TASKS)}.{did_you_mean(task, ALL_TASKS)}")
+    for budget, name in ((t.max_completion_length, "[training] max_completion_length"),
+                         (e.max_new_tokens, "[eval] max_new_tokens")):
+        if m.max_seq_length < d.max_prompt_tokens + budget:
+            add(f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
+                f"({d.max_prompt_tokens}) + {name} ({budget}); raise max_seq_length to at least "
+                f"{d.max_prompt_tokens + budget} or lower {name.split()[-1]}.")
+    problems += _tracker_problems(t.report_to)
+    unknown = [f for f in config.export.formats if f not in EXPORT_FORMATS]
+    if unknown:
+        add(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
+            f"{', '.join(EXPORT_FORMATS)}.")
+    return problems
+
+
+def _tracker_problems(report_to) -> list[str]:
+    """Names only: whether a tracker's package is installed is checked by transformers when the run starts, so a run
+    file that names one validates offline on any machine."""
+    trackers = [report_to] if isinstance(report_to, str) else report_to
+    if not isinstance(trackers, list) or not all(isinstance(x, str) for x in trackers):
+        return [(f'[training] report_to = {report_to!r} must be a tracker name or a list of them, e.g. report_to = '
+                 '"tensorboard" or ["tensorboard", "trackio"]; "none" turns tracking off.')]
+    problems = [f"[training] report_to names {tracker!r}, which transformers does not report to; choose from "
+                f"{', '.join(TRACKERS)}.{did_you_mean(tracker, TRACKERS)}" for tracker in trackers
+                if tracker not in TRACKERS]
+    if len(trackers) > 1 and {"none", "all"} & set(trackers):
+        problems.append(f'[training] report_to = {report_to!r} mixes "none" or "all" with other trackers; write '
+                        'report_to = "none", report_to = "all" (every installed tracker), or a list of names.')
+    return problems
+
+
+def _batch_problems(t: TrainingConfig, processes: int) -> list[str]:
+    """GSPO compares completions of one prompt: every batch TRL forms must hold whole groups of num_generations."""
+    if t.num_generations < 2:
+        return [(f"[training] num_generations = {t.num_generations} must be at least 2: GSPO compares completions "
+                 "of the same prompt, and one has no group to compare with.")]
+    if t.per_device_train_batch_size <= 0 or t.gradient_accumulation_steps <= 0:
+        return []  # reported as not positive
+    problems = []
+    unit = t.per_device_train_batch_size * processes  # one micro-batch across every process
+    plural = "process" if processes == 1 else "processes"
+    generation_batch = unit * t.gradient_accumulation_steps
+    if generation_batch % t.num_generations:
+        divisors = [g for g in range(2, generation_batch + 1) if generation_batch % g == 0]
+        problems.append(
+            f"the generation batch (per_device_train_batch_size {t.per_device_train_batch_size} x {processes} "
+            f"{plural} x gradient_accumulation_steps {t.gradient_accumulation_steps} = {generation_batch}) must be a "
+            f"multiple of [training] num_generations = {t.num_generations}, so every prompt's group is complete; "
+            f"set num_generations to a divisor of {generation_batch} (e.g. {_nearest(divisors, t.num_generations)}) "
+            "or change the batch.")
+    if t.generation_batch_size:
+        if t.recipe == "gspo-paper":
+            problems.append(
+                f"[training] generation_batch_size = {t.generation_batch_size} cannot be combined with recipe "
+                '"gspo-paper", which sets the rollout size itself (batch x accumulation, split into optimizer '
+                "steps); remove one of the two.")
+        step = math.lcm(unit, t.num_generations)
+        if t.generation_batch_size % step:
+            problems.append(
+                f"[training] generation_batch_size = {t.generation_batch_size} must be a multiple of both the "
+                f"global micro-batch (per_device_train_batch_size {t.per_device_train_batch_size} x {processes} "
+                f"{plural} = {unit}) and num_generations ({t.num_generations}), e.g. {step}; 0 decodes a whole "
+                "optimizer step's rollouts at once.")
+    return problems
+
+
+def _nearest(values: list[int], target: int) -> int:
+    return min(values, key=lambda v: (abs(v - target), -v)) if values else 2
