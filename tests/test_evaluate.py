@@ -7,9 +7,10 @@ import math
 import pytest
 
 from vlrl import evaluate, prompts, rewards, synthetic
-from vlrl.compare import compare, mcnemar_exact, summary, wilson
+from vlrl.compare import compare, summary
 from vlrl.errors import EvalError
 from vlrl.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
+from vlrl.stats import mcnemar_exact, wilson
 
 
 def rec(i, correct, format_ok=True, **extra):

@@ -11,55 +11,17 @@ alone, so a rate over several samples per item (pass@k) joins accuracy there.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from vlrl.errors import EvalError
 from vlrl.records import read_records
+from vlrl.stats import mcnemar_exact, wilson
 
 # Metadata keys the comparison breaks accuracy down by (MathVista's and the synthetic generator's); a list value
 # (MathVista's `skills`) puts the item in every group it names.
 BREAKDOWN_KEYS = ("skills", "task", "context", "grade", "category", "source", "difficulty")
 REQUIRED = ("id", "correct", "format_ok")  # what a record needs to be compared; the rest is optional
 MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  # averaged per side when present
-
-
-# --- proportions and paired tests --------------------------------------------------------------------------------
-
-def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a proportion (95% by default): honest near 0% and 100%, unlike p +- 1.96 SE.
-
-    >>> [round(x, 4) for x in wilson(5, 100)]
-    [0.0215, 0.1118]
-    >>> [round(x, 4) for x in wilson(0, 10)]
-    [0.0, 0.2775]
-    """
-    if n == 0:
-        return (0.0, 1.0)
-    p = successes / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, center - half), min(1.0, center + half))
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """Exact two-sided McNemar p-value from the discordant counts b (wrong->right) and c (right->wrong).
-
-    Under "no change" each flip goes either way with probability 1/2, so min(b, c) ~ Binomial(b + c, 1/2);
-    items that stay right or stay wrong carry no information about the change.
-
-    >>> round(mcnemar_exact(10, 2), 4)
-    0.0386
-    >>> mcnemar_exact(3, 2)
-    1.0
-    """
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 # --- records -> items --------------------------------------------------------------------------------------------
