@@ -20,6 +20,7 @@ for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
     os.environ.pop(variable, None)
 
 TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
+TINY_RUN_SAMPLES = 4  # the shared tiny run also samples 4 draws per item: pass@k end to end
 RUN_FIXTURES = {"tiny_run"}  # fixtures that build a full `vlrl run`: a test using one (even through another) is slow
 
 
@@ -64,12 +65,13 @@ def items():
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, tiny_dir) -> Path:
-    """One finished `vlrl run --preset tiny` (config.toml, comparison.json, a trained adapter), shared by the tests
-    that read a run directory; tests that write into a run copy it first."""
+    """One finished `vlrl run --preset tiny --set eval.samples=4` (config.toml, greedy and sampled evals,
+    comparison.json with pass@k, a trained adapter), shared by the tests that read a run directory; tests that write
+    into a run copy it first."""
     from vlrl.cli import main
 
     out = tmp_path_factory.mktemp("run") / "demo"
-    assert main(["run", "--preset", "tiny", "--run-dir", str(out)]) == 0
+    assert main(["run", "--preset", "tiny", "--run-dir", str(out), "--set", f"eval.samples={TINY_RUN_SAMPLES}"]) == 0
     return out
 
 

@@ -319,6 +319,41 @@ def test_interrupted_eval_resumes_and_skips_written_ids(tiny_model, tmp_path):
         evaluate.evaluate(model, processor, rows, path, batch_size=3, max_new_tokens=40, progress=False)
 
 
+@pytest.mark.slow
+def test_sampled_eval_draws_k_per_item_and_resumes_to_the_same_draws(tiny_model, tmp_path):
+    """K draws per item in the record (scored like the greedy fields), batch_size counted in sequences, and an eval
+    stopped between generate calls resumes to exactly the draws of an uninterrupted one (each call is seeded from
+    the eval's seed and its items' ids)."""
+    model, processor = tiny_model
+    rows = eval_rows(6, seed=7)
+    settings = {"batch_size": 8, "max_new_tokens": 24, "samples": 4, "temperature": 1.0, "seed": 3, "progress": False}
+    whole = evaluate.evaluate(model, processor, rows, tmp_path / "whole.jsonl", **settings)
+    for row, record in zip(rows, whole):
+        assert len(record["draws"]) == 4 and record["num_correct"] == sum(d["correct"] for d in record["draws"])
+        for draw in record["draws"]:
+            assert draw == {**draw, **evaluate.score(draw["completion"], row)}
+        assert record["completion"] == record["draws"][0]["completion"] and record["samples"] == 4
+    assert len({d["completion"] for r in whole for d in r["draws"]}) > 6  # sampled: the draws differ
+
+    path = tmp_path / "resumed.jsonl"
+    real_generate, calls = model.generate, []
+
+    def stopped(**inputs):  # 8 sequences per call = 2 items x 4 draws; stopped in the second call
+        calls.append(inputs["input_ids"].shape[0])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real_generate(**inputs)
+
+    model.generate = stopped
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            evaluate.evaluate(model, processor, rows, path, **settings)
+    finally:
+        del model.generate
+    assert calls == [2, 2] and len(read_records(path)) == 2  # two items per call, each expanded to 4 draws
+    assert evaluate.evaluate(model, processor, rows, path, **settings) == whole
+
+
 def test_duplicate_ids_are_refused_before_generating(tmp_path):
     rows = [{"id": "a", "prompt": [], "answer": "1"}, {"id": "a", "prompt": [], "answer": "2"}]
     with pytest.raises(EvalError, match="duplicate ids"):

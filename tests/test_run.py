@@ -33,7 +33,7 @@ def test_run_records_and_comparison(run_dir):
     comparison = json.loads((run_dir / "comparison.json").read_text())
     assert comparison["n_paired"] == tiny.data.hold_out
     assert 0 <= comparison["mcnemar_p"] <= 1
-    assert config.load(run_dir / "config.toml") == tiny  # the resolved configuration round-trips
+    assert config.load(run_dir / "config.toml") == config.preset("tiny", overrides=["eval.samples=4"])  # round-trips
 
 
 @pytest.mark.slow
@@ -75,21 +75,46 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
 
 
 @pytest.mark.slow
-def test_vlrl_eval_sample_draws_reproducible_samples_and_records_the_task(run_dir, tmp_path):
+def test_vlrl_eval_samples_draws_reproducible_samples_and_records_the_task(run_dir, tmp_path):
     from vlrl.compare import compare
     from vlrl.records import read_records
 
     paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
     for path, seed in zip(paths, (0, 0, 1)):
-        args = ["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path), "--sample",
-                "--temperature", "1.5", "--seed", str(seed)]
+        args = ["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path),
+                "--samples", "2", "--temperature", "1.5", "--seed", str(seed), "--batch-size", "8"]
         assert main(args) == 0
     first, again, other = (read_records(p) for p in paths)
-    assert all(r["do_sample"] is True and r["temperature"] == 1.5 for r in first)
-    assert [r["completion"] for r in again] == [r["completion"] for r in first]  # seeded: the same draws
-    assert [r["completion"] for r in other] != [r["completion"] for r in first]  # another seed: other draws
+    assert all(r["do_sample"] is True and r["temperature"] == 1.5 and r["samples"] == 2 for r in first)
+    assert all(len(r["draws"]) == 2 and r["num_correct"] == sum(d["correct"] for d in r["draws"]) for r in first)
+    assert all(r["completion"] == r["draws"][0]["completion"] for r in first)  # the top level is the first draw
+    assert [r["draws"] for r in again] == [r["draws"] for r in first]  # seeded: the same draws
+    assert [r["draws"] for r in other] != [r["draws"] for r in first]  # another seed: other draws
     assert all(r["metadata"]["task"] for r in first)  # the generator's task, for the breakdown by task
     assert "task" in compare(run_dir / "eval_before.jsonl", paths[0])["breakdown"]
+    assert compare(paths[0], paths[2])["pass_at_k"]["samples"] == 2
+
+
+@pytest.mark.slow
+def test_run_samples_pass_at_k_before_and_after(run_dir):
+    """[eval] samples = 4 (the shared tiny run): sampled evals beside the greedy ones, pass@k in comparison.json and
+    the report, and the greedy comparison unchanged by them."""
+    from vlrl import compare, passk
+    from vlrl.records import read_records
+
+    before, after = read_records(run_dir / "samples_before.jsonl"), read_records(run_dir / "samples_after.jsonl")
+    greedy = read_records(run_dir / "eval_before.jsonl")
+    assert [r["id"] for r in before] == [r["id"] for r in greedy] == [r["id"] for r in after]
+    assert all(len(r["draws"]) == 4 and r["do_sample"] and r["seed"] == 0 for r in before + after)
+    assert all(not r["do_sample"] and "draws" not in r for r in greedy)
+    stored = json.loads((run_dir / "comparison.json").read_text())
+    assert stored["pass_at_k"] == json.loads(json.dumps(passk.compare_pass_at_k(before, after) | {
+        "meaning": stored["pass_at_k"]["meaning"]}))
+    assert stored["mcnemar_p"] == compare.compare(run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl")[
+        "mcnemar_p"]
+    assert stored["pass_at_k"]["k"] == [1, 2, 3, 4] and stored["pass_at_k"]["meaning"].endswith(").")
+    page = (run_dir / "report.html").read_text()
+    assert "pass@k: sharpening or learning" in page and (run_dir / "plots" / "pass_at_k.png").stat().st_size > 1000
 
 
 def test_a_run_directory_holds_one_configuration(tmp_path):

@@ -144,16 +144,15 @@ def cmd_eval(args) -> int:
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
     eval_ds = run.held_out(config, processor)  # the same items as the run's evals: a pure function of the config
-    name = ("eval_adapter" if args.adapter else "eval_base") + ("_sampled" if args.sample else "")
+    if args.samples < 0:
+        raise ConfigError(f"--samples {args.samples} must be 0 (greedy) or a number of draws per item, e.g. 8.")
+    name = ("eval_adapter" if args.adapter else "eval_base") + (f"_samples{args.samples}" if args.samples else "")
     output = args.output or rd.eval_file(name)
-    if args.sample:
-        import torch
-
-        torch.manual_seed(args.seed)  # the same seed, batch size and model draw the same samples
-    records = evaluate.evaluate(policy, processor, eval_ds, output,
-                                batch_size=args.batch_size or config.eval.batch_size,
-                                max_new_tokens=args.max_new_tokens or config.eval.max_new_tokens,
-                                do_sample=args.sample, temperature=args.temperature,
+    e = config.eval
+    records = evaluate.evaluate(policy, processor, eval_ds, output, batch_size=args.batch_size or e.batch_size,
+                                max_new_tokens=args.max_new_tokens or e.max_new_tokens, samples=args.samples,
+                                temperature=e.temperature if args.temperature is None else args.temperature,
+                                seed=e.seed if args.seed is None else args.seed,
                                 symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images, log=print)
     print(f"{len(records)} records -> {output}")
     return 0
@@ -351,10 +350,10 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("--output", help="records file (default: RUN_DIR/eval_adapter.jsonl or eval_base.jsonl)")
     e.add_argument("--batch-size", type=int, help="default: the run's [eval] batch_size")
     e.add_argument("--max-new-tokens", type=int, help="default: the run's [eval] max_new_tokens")
-    e.add_argument("--sample", action="store_true",
-                   help="sample one completion per item (what GSPO optimizes) instead of greedy decoding")
-    e.add_argument("--temperature", type=float, default=1.0, help="with --sample (default 1.0, the recipe's)")
-    e.add_argument("--seed", type=int, default=0, help="with --sample: seeds the draws (default 0)")
+    e.add_argument("--samples", type=int, default=0, metavar="K",
+                   help="K seeded samples per item (pass@1..pass@K; what GSPO optimizes) instead of greedy decoding")
+    e.add_argument("--temperature", type=float, help="with --samples (default: the run's [eval] temperature, 1.0)")
+    e.add_argument("--seed", type=int, help="with --samples: seeds the draws (default: the run's [eval] seed, 0)")
     e.set_defaults(func=cmd_eval)
     rp = sub.add_parser("report", help="plots and a self-contained report.html for a run directory")
     _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",

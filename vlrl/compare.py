@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vlrl import passk
 from vlrl.errors import EvalError
 from vlrl.records import read_records
 from vlrl.stats import mcnemar_exact, wilson
@@ -158,7 +159,10 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
         `*_ci95` (Wilson), means of the reward parts and completion length, degenerate and truncated shares;
         `accuracy_delta` / `format_delta`; `table` (the paired 2x2 counts), `mcnemar_p` (exact, two-sided, on
         correctness), `wrong_to_right` / `right_to_wrong` (ids); `format_mcnemar_p`, `format_gained` /
-        `format_lost`; `breakdown` by metadata.
+        `format_lost`; `breakdown` by metadata. When both sides are sampled evals with K draws per item
+        (`--samples K`), the accuracy fields describe each item's first draw, and `pass_at_k` holds
+        `vlrl.passk.compare_pass_at_k` (pass@k for every k, the paired test on pass@1, learned and sharpened
+        items) with `meaning`, one sentence on what the curves say.
 
     Raises:
         EvalError: a record without id, correct or format_ok, an id twice on one side, or a damaged record file.
@@ -187,7 +191,26 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
     result.update(format_mcnemar_p=mcnemar_exact(len(format_gained), len(format_lost)),
                   format_gained=format_gained, format_lost=format_lost)
     result["breakdown"] = breakdown(b_rows, a_rows)
+    if passk.is_sampled(b_rows) and passk.is_sampled(a_rows):  # `--samples K` on both sides: pass@k too
+        result["pass_at_k"] = passk.compare_pass_at_k(b_rows, a_rows)
+        result["pass_at_k"]["meaning"] = passk.describe(result["pass_at_k"])
     return result
+
+
+def with_samples(comparison: dict, samples_before: str | Path, samples_after: str | Path) -> dict:
+    """`comparison` (of greedy evals) with `pass_at_k` from a run's sampled evals, when both files exist: the greedy
+    statistics stay as they are, and pass@k joins them.
+
+    Raises:
+        EvalError: a damaged sampled file, or sampled files without draws.
+    """
+    if Path(samples_before).exists() and Path(samples_after).exists():
+        sampled = compare(samples_before, samples_after)
+        if "pass_at_k" not in sampled:
+            raise EvalError(f"{samples_before} and {samples_after} hold no sampled draws; they come from "
+                            "`[eval] samples = K`.")
+        comparison = {**comparison, "pass_at_k": sampled["pass_at_k"]}
+    return comparison
 
 
 def summary(comparison: dict, alpha: float = 0.05) -> str:
@@ -213,6 +236,14 @@ def summary(comparison: dict, alpha: float = 0.05) -> str:
          f"({len(c['format_gained'])} gained, {len(c['format_lost'])} lost)"),
         f"McNemar exact p = {c['mcnemar_p']:.3g} for accuracy: {verdict}; format p = {c['format_mcnemar_p']:.3g}",
     ]
+    if c.get("pass_at_k"):
+        pk = c["pass_at_k"]
+        k = pk["samples"]
+        lines.append(f"pass@1   {pk['pass_at_1_before']:.1%} -> {pk['pass_at_1_after']:.1%} over {k} draws per item "
+                     f"(paired permutation p = {pk['pass_at_1_p']:.3g}); pass@{k} {pk['pass_at_k_before'][-1]:.1%} -> "
+                     f"{pk['pass_at_k_after'][-1]:.1%}; {len(pk['learned'])} learned, {len(pk['sharpened'])} "
+                     "sharpened")
+        lines.append(pk["meaning"])
     if c["only_before"] or c["only_after"]:
         lines.append(f"unpaired: {len(c['only_before'])} items only before, {len(c['only_after'])} only after "
                      "(left out of the paired statistics)")

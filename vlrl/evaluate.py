@@ -8,7 +8,12 @@ A record is one line of JSON. It carries the item's scoring columns, so it can b
 
     {id, question, gold, precision, question_type, choices, unit, answer_type, completion, prediction, correct,
      match, format_ok, format_reward, correctness_reward, reward, degeneration_ratio, degenerate, prompt_tokens,
-     completion_tokens, finish_reason, max_new_tokens, do_sample, temperature, metadata?}
+     completion_tokens, finish_reason, max_new_tokens, do_sample, temperature, samples, seed, metadata?}
+
+With `samples=K` (`vlrl eval --samples K`, `[eval] samples`) each item is sampled K times at the temperature, seeded,
+and its record also holds `draws`: the K completions with their scores (the top-level fields are the first draw's, so
+every reader of greedy records reads a sampled file as one draw per item) and `num_correct`. `vlrl.passk` turns such
+records into pass@k.
 
 Reading record files and saving their images is `vlrl.records`; comparing two evals is `vlrl.compare`.
 """
@@ -88,8 +93,9 @@ def to_record(row: dict, completion: str, *, symbolic: bool = False, **generatio
 # --- generation --------------------------------------------------------------------------------------------------
 
 def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: int = 8, max_new_tokens: int = 1024,
-             do_sample: bool = False, temperature: float = 1.0, symbolic: bool = False,
-             image_dir: str | Path | None = None, progress: bool = True, log=None) -> list[dict]:
+             do_sample: bool = False, temperature: float = 1.0, samples: int = 0, seed: int = 0,
+             symbolic: bool = False, image_dir: str | Path | None = None, progress: bool = True,
+             log=None) -> list[dict]:
     """Generates for every row of `dataset` (TRL prompt rows) and appends one record per item to `output_path`.
 
     Items whose id is already in `output_path` are skipped, so an interrupted eval resumes where it stopped. Each
@@ -102,10 +108,13 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         dataset: rows with `id`, `prompt`, `image` (or `images`), `answer`, the MathVista scoring columns, and
             optionally `metadata` (kept in the records, for the comparison's breakdown).
         output_path: the JSONL file of records.
-        batch_size: prompts per generate call.
+        batch_size: sequences per generate call (with `samples` K: batch_size // K items, K sequences each).
         max_new_tokens: completion budget; a completion that hits it has finish_reason "length".
-        do_sample: greedy (False, the default: the same model gives the same records) or sampled decoding.
-        temperature: sampling temperature (used only with do_sample).
+        do_sample: greedy (False, the default: the same model gives the same records) or one sampled draw.
+        temperature: sampling temperature (used only when sampling).
+        samples: K > 0 draws K samples per item (implies sampling) into the record's `draws`, for pass@k.
+        seed: seeds the draws: each generate call seeds torch from (seed, its items' ids), so the same model,
+            items and batch size give the same samples.
         symbolic: score with symbolic matching too, as the run's reward does (`[training] reward = "symbolic"`).
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
@@ -129,8 +138,10 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         dupes = sorted({i for i in ids if ids.count(i) > 1})[:3]
         raise EvalError(f"the eval set has duplicate ids (e.g. {dupes}); records are keyed by id, so each item "
                          "needs its own. Deduplicate the rows before evaluating.")
+    do_sample = do_sample or samples > 0
     settings = {"max_new_tokens": max_new_tokens, "do_sample": do_sample,
-                "temperature": temperature if do_sample else None}
+                "temperature": temperature if do_sample else None, "samples": samples,
+                "seed": seed if do_sample else None}
     drop_torn_tail(output_path)
     existing = read_records(output_path)
     _check_settings(existing, settings, output_path)
@@ -150,8 +161,9 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     started = time.time()
     bar = tqdm(total=len(todo), desc=f"eval {output_path.name}", unit="item", disable=not progress)
     try:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
+        items_per_call = max(1, batch_size // max(1, samples))
+        for start in range(0, len(todo), items_per_call):
+            batch = todo[start:start + items_per_call]
             lines = [json.dumps(r) + "\n"
                      for r in _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic)]
             if image_dir is not None:
@@ -169,8 +181,10 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     if log is not None and records:
         seconds = time.time() - started
         accuracy = sum(r["correct"] for r in records) / len(records)
+        drawn = (f"; pass@1 {sum(r['num_correct'] / samples for r in records) / len(records):.1%} over {samples} "
+                 "samples per item") if samples else ""
         log(f"eval: {len(todo)} items generated ({len(ids) - len(todo)} resumed from {output_path.name}) in "
-            f"{seconds:.1f} s ({len(todo) / max(seconds, 1e-9):.2f} items/s); accuracy {accuracy:.1%}")
+            f"{seconds:.1f} s ({len(todo) / max(seconds, 1e-9):.2f} items/s); accuracy {accuracy:.1%}{drawn}")
     return records
 
 
@@ -181,21 +195,40 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings, symboli
     # In prompt order: the processor pairs them with the image placeholders in turn.
     images = [image for r in batch for image in row_images(r, decode=True)]
     inputs = processor(text=texts, images=images or None, return_tensors="pt", padding=True).to(device)
-    sampling = {"temperature": settings["temperature"]} if settings["do_sample"] else {}
+    draws = max(1, settings["samples"])
+    sampling = {"temperature": settings["temperature"], "num_return_sequences": draws} if settings["do_sample"] else {}
+    if settings["do_sample"]:
+        torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=settings["max_new_tokens"], do_sample=settings["do_sample"],
                              top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad, **sampling)
-    new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()
+    new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()  # item i's draws are rows i*draws .. i*draws+draws-1
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     records = []
-    for row, tokens, n_prompt in zip(batch, new_tokens, prompt_tokens):
-        ended = next((i for i, t in enumerate(tokens) if t in eos), None)
-        kept = tokens[:ended] if ended is not None else tokens
-        completion = processor.tokenizer.decode(kept, skip_special_tokens=True)
-        records.append(to_record(row, completion, symbolic=symbolic, prompt_tokens=int(n_prompt),
-                                 completion_tokens=len(kept),
-                                 finish_reason="stop" if ended is not None else "length", **settings))
+    for index, (row, n_prompt) in enumerate(zip(batch, prompt_tokens)):
+        scored = []
+        for tokens in new_tokens[index * draws:(index + 1) * draws]:
+            ended = next((i for i, t in enumerate(tokens) if t in eos), None)
+            kept = tokens[:ended] if ended is not None else tokens
+            completion = processor.tokenizer.decode(kept, skip_special_tokens=True)
+            scored.append({"completion": completion, **score(completion, row, symbolic=symbolic),
+                           "completion_tokens": len(kept), "finish_reason": "stop" if ended is not None else "length"})
+        first = scored[0]
+        record = to_record(row, first["completion"], symbolic=symbolic, prompt_tokens=int(n_prompt),
+                           completion_tokens=first["completion_tokens"], finish_reason=first["finish_reason"],
+                           **settings)
+        if settings["samples"]:
+            record.update(draws=scored, num_correct=sum(d["correct"] for d in scored))
+        records.append(record)
     return records
+
+
+def _batch_seed(seed: int, ids: list) -> int:
+    """The torch seed of one generate call: a hash of the eval's seed and its items' ids (stable across runs)."""
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps([seed, [str(i) for i in ids]]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2 ** 63 - 1)
 
 
 def _jsonable_metadata(metadata: dict) -> dict:
@@ -213,8 +246,9 @@ def _is_jsonable(value) -> bool:
 
 def _check_settings(existing: list[dict], settings: dict, path: Path) -> None:
     """Resuming with other decoding settings would mix two evals in one file: refused, with the fix."""
+    defaults = {"samples": 0, "seed": None}  # records written before these settings existed: greedy or one draw
     for record in existing:
-        old = {k: record.get(k) for k in settings}
+        old = {k: record.get(k, defaults.get(k)) for k in settings}
         if any(k in record for k in settings) and old != settings:
             raise EvalError(f"{path} holds records generated with {old}, and this eval asks for {settings}; "
                              "resume with the same settings, or write to a new file.")

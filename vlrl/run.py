@@ -96,22 +96,31 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
-    """Greedy eval of the held-out items into eval_<when>.jsonl ("before" resumes a partial file; "after" always
-    starts over, since records of an earlier adapter must never be scored as this one's)."""
+    """Greedy eval of the held-out items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
+    item into samples_<when>.jsonl (pass@k). "before" resumes partial files; "after" always starts over, since
+    records of an earlier adapter must never be scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
-    path = run.eval_file(f"eval_{when}")
-    if when == "after":
-        path.unlink(missing_ok=True)
     e = config.eval
-    return evaluate.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
-                             max_new_tokens=e.max_new_tokens, symbolic=config.training.reward == "symbolic",
-                             image_dir=run.eval_images, log=log)
+    paths = [(run.eval_file(f"eval_{when}"), 0)]
+    if e.samples:
+        paths.append((run.eval_file(f"samples_{when}"), e.samples))
+    records = []
+    for path, samples in paths:
+        if when == "after":
+            path.unlink(missing_ok=True)
+        out = evaluate.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
+                                max_new_tokens=e.max_new_tokens, samples=samples, temperature=e.temperature,
+                                seed=e.seed, symbolic=config.training.reward == "symbolic",
+                                image_dir=run.eval_images, log=log)
+        records = records or out
+    return records
 
 
 def compare_run(run: str | Path | RunDir, log=print) -> dict:
     """The before/after comparison of the run's eval files, written to comparison.json and summarized."""
     run = RunDir.of(run)
-    comparison = compare.compare(run.eval_before, run.eval_after)
+    comparison = compare.with_samples(compare.compare(run.eval_before, run.eval_after), run.samples_before,
+                                      run.samples_after)
     run.comparison.write_text(json.dumps(comparison, indent=2))
     log(compare.summary(comparison))
     return comparison

@@ -3,9 +3,9 @@
 Every stage and command reads and writes a run through this object, so a file is named in one place and a run
 directory is found the same way everywhere:
 
-    config.toml  data_report.json  eval_before.jsonl  eval_images/  grpo_config.json  train_log.jsonl
-    checkpoints/  eval_after.jsonl  comparison.json  plots/  report.html  adapter/  export.json
-    merged16/  merged4/  gguf/
+    config.toml  data_report.json  eval_before.jsonl  samples_before.jsonl  eval_images/  grpo_config.json
+    train_log.jsonl  checkpoints/  eval_after.jsonl  samples_after.jsonl  comparison.json  plots/  report.html
+    adapter/  export.json      merged16/  merged4/  gguf/
 
     >>> run = RunDir("runs/demo")
     >>> run.eval_before.as_posix(), run.export_dir("gguf").as_posix()
@@ -58,6 +58,15 @@ class RunDir:
     @property
     def eval_after(self) -> Path:
         return self.path / "eval_after.jsonl"
+
+    @property
+    def samples_before(self) -> Path:
+        """The sampled eval before training ([eval] samples = K draws per item, for pass@k)."""
+        return self.path / "samples_before.jsonl"
+
+    @property
+    def samples_after(self) -> Path:
+        return self.path / "samples_after.jsonl"
 
     @property
     def eval_images(self) -> Path:

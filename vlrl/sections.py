@@ -67,8 +67,12 @@ class TrainingConfig:
 
 @dataclass
 class EvalConfig:
-    batch_size: int = 8
+    batch_size: int = 8  # sequences per generate call (with samples K: batch_size // K items of K draws)
     max_new_tokens: int = 1024
+    # K > 0: besides the greedy eval, K seeded samples per item at `temperature` (samples_<when>.jsonl), for pass@k
+    samples: int = 0
+    temperature: float = 1.0  # of the sampled eval; the recipe samples at 1.0 in training
+    seed: int = 0             # of the sampled eval's draws
 
 
 @dataclass

@@ -66,7 +66,8 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     for section, key, value in [("model", "warm_start_steps", m.warm_start_steps),
                                 ("model", "warm_start_items", m.warm_start_items), ("data", "seed", d.seed),
                                 ("training", "seed", t.seed),
-                                ("training", "generation_batch_size", t.generation_batch_size)]:
+                                ("training", "generation_batch_size", t.generation_batch_size),
+                                ("eval", "samples", e.samples), ("eval", "seed", e.seed)]:
         if value < 0:
             add(f"[{section}] {key} = {value} must be 0 or more.")
     if not m.name_or_path.strip():
@@ -100,6 +101,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if t.max_steps == -1 and t.num_train_epochs <= 0:
         add(f"[training] num_train_epochs = {t.num_train_epochs} must be positive when max_steps = -1; set "
             "num_train_epochs = 1 or a positive max_steps.")
+    if not 0 < e.temperature < 10:
+        add(f"[eval] temperature = {e.temperature} must be in (0, 10); it samples the draws of [eval] samples "
+            "(1.0: the policy itself, as in training).")
     if not 0 <= t.stop_on_degeneration <= 1:
         add(f"[training] stop_on_degeneration = {t.stop_on_degeneration} is a share of completions: use 0 (never "
             "stop) or a value in (0, 1], e.g. 0.5.")

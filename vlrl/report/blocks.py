@@ -16,7 +16,7 @@ import io
 import json
 from pathlib import Path
 
-from vlrl.compare import compare
+from vlrl.compare import compare, with_samples
 from vlrl.records import image_paths, read_records
 from vlrl.rundir import RunDir
 
@@ -107,7 +107,8 @@ def read_evals(run: RunDir) -> tuple[dict, dict, dict]:
     run.require(run.eval_before, run.eval_after, what="the before/after report (`vlrl run` writes both evals)")
     before = {r["id"]: r for r in read_records(run.eval_before)}
     after = {r["id"]: r for r in read_records(run.eval_after)}
-    return before, after, compare(list(before.values()), list(after.values()))
+    comparison = compare(list(before.values()), list(after.values()))
+    return before, after, with_samples(comparison, run.samples_before, run.samples_after)
 
 
 def verdict(c: dict) -> str:
@@ -160,6 +161,30 @@ def comparison_table(c: dict) -> str:
         out.append(table([esc(key), "items", "accuracy before", "accuracy after", "wrong&rarr;right",
                           "right&rarr;wrong", "McNemar p"], rows, "small"))
     return "\n".join(out)
+
+
+def pass_at_k_table(c: dict) -> str:
+    """The pass@k block of a comparison with sampled evals: what the curves mean in one sentence, pass@k before and
+    after for every k with the paired interval of the change, the test on pass@1, and the items' moves."""
+    pk = c.get("pass_at_k")
+    if not pk:
+        return ""
+    rows = [[f"pass@{k}", pct(b), pct(a), f"{d:+.1%} <span class=ci>[{lo:+.1%}, {hi:+.1%}]</span>"]
+            for k, b, a, d, (lo, hi) in zip(pk["k"], pk["pass_at_k_before"], pk["pass_at_k_after"],
+                                            pk["pass_at_k_delta"], pk["pass_at_k_delta_ci95"])]
+    m = pk["moves"]
+    return "\n".join([
+        f"<p class=verdict>{esc(pk['meaning'])}</p>",
+        table(["", "before", "after", "change (95% paired bootstrap CI)"], rows, "stats"),
+        (f"<p>pass@1 change: {pk['pass_at_1_delta']:+.1%}, {esc(pk['test'])} p = {num(pk['pass_at_1_p'])}, on "
+        f"{pk['n_paired']} items with {pk['samples']} draws each.</p>"),
+        table(["before \\ after", "never solved", "sometimes", "always"],
+              [[f"<b>{s}</b>", *(str(m[f"{s}_to_{t}"]) for t in ("never", "sometimes", "always"))]
+               for s in ("never", "sometimes", "always")], "small"),
+        (f"<p>Learned (never &rarr; solved): {len(pk['learned'])}{_ids(pk['learned'])}; sharpened (sometimes "
+        f"&rarr; always): {len(pk['sharpened'])}{_ids(pk['sharpened'])}; lost (solved &rarr; never): "
+        f"{len(pk['lost'])}{_ids(pk['lost'])}.</p>"),
+    ])
 
 
 def _completion(label: str, record: dict | None) -> str:

@@ -21,11 +21,12 @@ from vlrl.report.blocks import (
     file_uri,
     flatten,
     flips,
+    pass_at_k_table,
     read_evals,
     table,
     verdict,
 )
-from vlrl.report.plots import plot_comparison, plot_training
+from vlrl.report.plots import plot_comparison, plot_pass_at_k, plot_training
 from vlrl.rundir import RunDir
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"  # no script, no network: the page is the data
@@ -34,7 +35,8 @@ CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"  # no scrip
 def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
     """Writes `plots/*.png` and `report.html` into the run directory; returns the report's path.
 
-    Reads config.toml, data_report.json, train_log.jsonl, eval_before.jsonl, eval_after.jsonl and eval_images/;
+    Reads config.toml, data_report.json, train_log.jsonl, eval_before.jsonl, eval_after.jsonl, eval_images/ and
+    samples_before/after.jsonl when the run sampled (the pass@k section);
     the comparison is computed from the records (and saved as comparison.json when that is missing). Any missing
     file but the two evals becomes a note in the page.
 
@@ -52,6 +54,12 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
         run.comparison.write_text(json.dumps(c, indent=2))
     comparison_png = plot_comparison(c, run.plots / "comparison.png")
     training_png = plot_training(read_records(run.train_log), run.plots / "training.png")
+    pass_at_k = []
+    if c.get("pass_at_k"):
+        pass_at_k_png = plot_pass_at_k(c["pass_at_k"], run.plots / "pass_at_k.png")
+        pass_at_k = ["<h2>pass@k: sharpening or learning</h2>",
+                     f'<img class=plot alt="pass@k before and after" src="{file_uri(pass_at_k_png)}">',
+                     pass_at_k_table(c)]
 
     config_text = run.config_file.read_text() if run.config_file.exists() else None
     data_report = json.loads(run.data_report.read_text()) if run.data_report.exists() else None
@@ -64,6 +72,7 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
         f"<p class=verdict>{verdict(c)}</p>",
         "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{file_uri(comparison_png)}">',
         comparison_table(c),
+        *pass_at_k,
         "<h2>Training curves</h2>",
         (f'<img class=plot alt="training curves" src="{file_uri(training_png)}">' if training_png
          else "<p class=warn>no train_log.jsonl metrics in this run directory</p>"),

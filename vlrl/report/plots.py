@@ -57,6 +57,35 @@ def plot_comparison(comparison: dict, path: str | Path) -> Path:
     return path
 
 
+def plot_pass_at_k(pass_at_k: dict, path: str | Path) -> Path:
+    """pass@k before and after against k (log scale, k = 1..K) with 95% bootstrap intervals of each side.
+
+    Args:
+        pass_at_k: the `pass_at_k` block of a comparison (`vlrl.passk.compare_pass_at_k`).
+        path: the PNG to write.
+    """
+    plt = _pyplot()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
+    ks = pass_at_k["k"]
+    for side, color in (("before", "#9aa5b1"), ("after", "#2f6fb0")):
+        ax.plot(ks, pass_at_k[f"pass_at_k_{side}"], marker="o", color=color, label=side)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("k (draws per item)")
+    ax.set_ylabel(f"pass@k over {pass_at_k['n_paired']} items")
+    ax.set_title(f"pass@k, {pass_at_k['samples']} draws per item; pass@1 paired permutation p = "
+                 f"{pass_at_k['pass_at_1_p']:.3g}", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]]]:
     """Metric name -> (steps, values) from train_log.jsonl rows, for the metrics the training plot draws.
 

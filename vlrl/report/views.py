@@ -19,9 +19,11 @@ from vlrl.report.blocks import (
     STYLE,
     comparison_table,
     esc,
+    file_uri,
     flatten,
     flips,
     image_uri,
+    pass_at_k_table,
     read_evals,
     table,
     verdict,
@@ -169,6 +171,13 @@ def comparison_html(comparison: dict) -> Html:
     """The before/after verdict and table: accuracy and format with 95% Wilson intervals, the exact McNemar test,
     the paired 2x2 table, reward means and the breakdown by metadata (what report.html shows)."""
     return _html(f"<p class=verdict>{verdict(comparison)}</p>" + comparison_table(comparison))
+
+
+def pass_at_k_html(comparison: dict, plot: str | Path | None = None) -> Html:
+    """The pass@k section of a comparison with sampled evals (its meaning, the table, the moves), with the curve
+    when `plot` (a PNG, e.g. RUN_DIR/plots/pass_at_k.png) is given."""
+    image = f'<img class=plot alt="pass@k" src="{file_uri(Path(plot))}">' if plot and Path(plot).exists() else ""
+    return _html(image + (pass_at_k_table(comparison) or "<p class=warn>no sampled evals ([eval] samples = 0)</p>"))
 
 
 def flips_html(run_dir: str | Path | RunDir, limit: int | None = 4) -> Html:
