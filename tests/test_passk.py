@@ -11,7 +11,7 @@ from scipy import stats as scipy_stats
 from vlrl import passk
 from vlrl.compare import compare, summary
 from vlrl.errors import EvalError
-from vlrl.stats import bootstrap_ci, pass_at_k, paired_permutation
+from vlrl.stats import bootstrap_ci, paired_permutation, pass_at_k
 
 
 def brute_pass_at_k(outcomes: list[bool], k: int) -> float:
