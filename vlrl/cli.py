@@ -131,6 +131,10 @@ def cmd_compare(args) -> int:
 
 def cmd_eval(args) -> int:
     """Evaluates the run's model (or --model) with an optional adapter on the run's held-out set."""
+    from vlrl.errors import ConfigError
+
+    if args.samples < 0:
+        raise ConfigError(f"--samples {args.samples} must be 0 (greedy) or a number of draws per item, e.g. 8.")
     config = _config(args, default_preset=None)
     _activate(config)
     from vlrl import evaluate, model, run, warmstart
@@ -144,8 +148,6 @@ def cmd_eval(args) -> int:
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
     eval_ds = run.held_out(config, processor)  # the same items as the run's evals: a pure function of the config
-    if args.samples < 0:
-        raise ConfigError(f"--samples {args.samples} must be 0 (greedy) or a number of draws per item, e.g. 8.")
     name = ("eval_adapter" if args.adapter else "eval_base") + (f"_samples{args.samples}" if args.samples else "")
     output = args.output or rd.eval_file(name)
     e = config.eval
