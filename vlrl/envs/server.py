@@ -187,7 +187,7 @@ def _run(call, *args):
         return call(*args)
     except VlrlError as err:  # the environment's own explanation (a bad seed ...): the request's fault
         raise Refused(400, str(err)) from None
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 -- any failure of the game is the answer's reason, never the server's end
         raise Refused(500, f"the environment raised {type(err).__name__}: {err}") from None
 
 
@@ -209,8 +209,8 @@ def _plain(value):
 class EnvHandler(http.server.BaseHTTPRequestHandler):
     """Routes the protocol's requests to the service; every answer is JSON."""
 
-    routes = {("GET", "/health"), ("GET", "/task_info"), ("GET", "/metrics"), ("POST", "/reset"),
-              ("POST", "/step"), ("POST", "/close")}
+    routes = frozenset({("GET", "/health"), ("GET", "/task_info"), ("GET", "/metrics"), ("POST", "/reset"),
+                        ("POST", "/step"), ("POST", "/close")})
 
     def __init__(self, *args, service: EnvService, quiet: bool = False, **kwargs):
         self.service, self.quiet = service, quiet
@@ -245,7 +245,7 @@ class EnvHandler(http.server.BaseHTTPRequestHandler):
             self._send(200, result)
         except Refused as err:
             self._send(err.status, {"error": str(err)})
-        except Exception as err:  # a bug of ours: the request fails, the server goes on
+        except Exception as err:  # noqa: BLE001 -- a bug of ours: the request fails, the server goes on
             self._send(500, {"error": f"the server failed: {type(err).__name__}: {err}"})
 
     def _body(self) -> dict:
@@ -257,8 +257,10 @@ class EnvHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True  # the body stays unread
             raise Refused(413, f"the body has {length} bytes, more than the {MAX_BODY} accepted")
         raw = self.rfile.read(length) if length > 0 else b""
+        if not raw.strip():
+            raise Refused(400, "the body is empty; send a JSON object, e.g. {\"seed\": 3}")
         try:
-            body = json.loads(raw or b"null")
+            body = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as err:
             raise Refused(400, f"the body is not JSON ({err}); send a JSON object") from None
         if not isinstance(body, dict):
