@@ -199,6 +199,11 @@ def test_a_server_that_is_down_or_refuses_is_named(served):
         port = probe.getsockname()[1]  # free, and nobody listens after the close
     with pytest.raises(EnvError, match=f"no environment server answered at http://127.0.0.1:{port} "):
         RemoteEnv(f"http://127.0.0.1:{port}", timeout=5)
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(EnvError, match="no answer within 0.3 s"):
+            RemoteEnv(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.3)
     url = served()
     with pytest.raises(EnvError, match=f"at {url} refused GET /task_info .*has no option 'size'"):
         RemoteEnv(url, size=64)

@@ -250,7 +250,7 @@ def _print_items(label: str, rows, n: int, processor) -> None:
 
 
 def cmd_serve_rewards(args) -> int:
-    from vlrl.serve import make_server, page_url
+    from vlrl.serve import make_server, page_url, serve_until_interrupted
 
     try:
         server = make_server(args.port, run_dir=args.run_dir, page=args.page_dir, pyodide=args.pyodide)
@@ -261,12 +261,7 @@ def cmd_serve_rewards(args) -> int:
               "or --port 0 for a free one.", file=sys.stderr)
         return 1
     print(f"reward calculator: {page_url(server, with_run=args.run_dir is not None)}   (Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_until_interrupted(server)
     return 0
 
 

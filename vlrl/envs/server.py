@@ -36,6 +36,7 @@ import urllib.parse
 from vlrl.envs import make
 from vlrl.envs.base import Observation, to_data_url
 from vlrl.errors import EnvError, VlrlError
+from vlrl.serve import serve_until_interrupted
 
 MAX_BODY = 1 << 20  # a reply of a few thousand tokens is ~20 kB; anything near 1 MB is a mistake
 MAX_SESSIONS = 64
@@ -308,9 +309,6 @@ def serve(name: str, options: dict | None = None, *, port: int = 8766, max_sessi
                        "one.") from None
     log(f"{name}: http://127.0.0.1:{server.server_address[1]}   (Ctrl-C stops it)")
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        serve_until_interrupted(server)
     finally:
-        server.server_close()
         server.service.shutdown()
