@@ -120,7 +120,7 @@ class CrafterEnv(Env):
             raise RuntimeError("crafter: the episode is over; call reset(seed) for another.")
         chosen, problem = parse_actions(reply, self.actions, self.max_actions)
         self._turns += 1
-        unlocked, env_reward, executed, dead, over = [], 0.0, [], False, False
+        unlocked, env_reward, executed, ended = [], 0.0, [], None
         for action in chosen:
             frame, reward, game_over, info = self._game.step(ACTIONS.index(action))
             self._frame, self._steps = frame, self._steps + 1
@@ -129,13 +129,14 @@ class CrafterEnv(Env):
             new = sorted(n for n, c in info["achievements"].items() if c > 0 and n not in self._unlocked)
             unlocked += new
             self._unlocked += new
-            if game_over:
-                dead, over = self._game._player.health <= 0, not self._game._player.health <= 0
+            if game_over:  # the rest of the turn's actions are not played
+                ended = "dead" if self._game._player.health <= 0 else "length"
                 break
         self._invalid += not chosen
         self._return += len(unlocked)
         self._env_return += env_reward
-        ended = "dead" if dead else "length" if over else "max_turns" if self._turns >= self.max_turns else None
+        if ended is None and self._turns >= self.max_turns:
+            ended = "max_turns"
         self._done = ended is not None
         info = {"actions": executed, "invalid": not chosen, "problem": problem, "unlocked": unlocked,
                 "achievements": list(self._unlocked), "env_reward": env_reward, "ended": ended,
