@@ -1,4 +1,5 @@
-"""The `vlrl` command: `vlrl run | train | sft | eval | compare | report | export | validate | data | serve-rewards`.
+"""The `vlrl` command: `vlrl run | train | sft | eval | compare | report | export | validate | data | serve-rewards |
+serve-env | env`.
 
 Every command names a run directory the same way, `--run-dir DIR`; without it, a command started from a run file or
 a preset uses runs/<the config's name>. `--set section.key=value` (repeatable) overrides any run-file setting and is
@@ -15,6 +16,8 @@ validated like the file.
     vlrl report --run-dir runs/tiny                         # -> runs/tiny/report.html
     vlrl export --run-dir runs/tiny --format gguf
     vlrl serve-rewards --run-dir runs/tiny
+    vlrl serve-env crafter --port 8766 --set size=128            # an environment over HTTP (vlrl.envs.server)
+    vlrl env play crafter --seed 3 --steps 20 --output play/     # frames, episode.jsonl, filmstrip.png
 
 A failure a user can act on (`vlrl.errors.VlrlError`) prints one line, `vlrl <command>: <what, which value, the
 fix>`, and exits 1; an interrupt exits 130 and keeps what was written (every stage resumes).
@@ -248,7 +251,7 @@ def _print_items(label: str, rows, n: int, processor) -> None:
 
 
 def cmd_serve_rewards(args) -> int:
-    from vlrl.serve import make_server, page_url
+    from vlrl.serve import make_server, page_url, serve_until_interrupted
 
     try:
         server = make_server(args.port, run_dir=args.run_dir, page=args.page_dir, pyodide=args.pyodide)
@@ -259,12 +262,25 @@ def cmd_serve_rewards(args) -> int:
               "or --port 0 for a free one.", file=sys.stderr)
         return 1
     print(f"reward calculator: {page_url(server, with_run=args.run_dir is not None)}   (Ctrl-C stops it)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    serve_until_interrupted(server)
+    return 0
+
+
+def cmd_serve_env(args) -> int:
+    from vlrl.envs import parse_options
+    from vlrl.envs.server import serve
+
+    serve(args.name, parse_options(args.set), port=args.port, max_sessions=args.max_sessions,
+          log=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_env_play(args) -> int:
+    from vlrl.envs import parse_options
+    from vlrl.envs.play import play
+
+    play(args.name, seed=args.seed, policy=args.policy, steps=args.steps, output=args.output,
+         options=parse_options(args.set), log=print)
     return 0
 
 
@@ -367,6 +383,22 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
     s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
     s.set_defaults(func=cmd_serve_rewards)
+    env_set = {"action": "append", "metavar": "KEY=VALUE", "help": "an environment option, e.g. size=128 (repeatable)"}
+    se = sub.add_parser("serve-env", help="serve an environment over HTTP on 127.0.0.1 (sessions; vlrl.envs.server)")
+    se.add_argument("name", help="an environment name (crafter, grid, ...)")
+    se.add_argument("--port", type=int, default=8766, help="TCP port (0 picks a free one)")
+    se.add_argument("--max-sessions", type=int, default=64, help="episodes open at once (default 64)")
+    se.add_argument("--set", **env_set)
+    se.set_defaults(func=cmd_serve_env)
+    ep = sub.add_parser("env", help="environments without a model").add_subparsers(dest="env_command", required=True)
+    pl = ep.add_parser("play", help="play an episode with a model-free policy: frames, episode.jsonl, filmstrip")
+    pl.add_argument("name", help="an environment name, or a `vlrl serve-env` URL (http://127.0.0.1:PORT)")
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--policy", choices=["random", "noop"], default="random")
+    pl.add_argument("--steps", type=int, default=20, help="turns at most (default 20)")
+    pl.add_argument("--output", default="play", help="the folder for the files (default: play/)")
+    pl.add_argument("--set", **env_set)
+    pl.set_defaults(func=cmd_env_play)
     x = sub.add_parser("export", help="export a run's adapter (lora), a merged checkpoint or GGUF files, verified")
     _add_config(x, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
                 default_help="names runs/<its name>")

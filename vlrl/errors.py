@@ -57,6 +57,13 @@ class ExportError(VlrlError, RuntimeError):
     kind = "export"
 
 
+class EnvError(VlrlError, RuntimeError):
+    """An environment that cannot be reached or answers wrongly (a `vlrl serve-env` server that is down, a request
+    it refused), named by its address."""
+
+    kind = "environment"
+
+
 class MissingExtra(VlrlError, ImportError):
     """An optional dependency that is not installed; the message names the extra: pip install 'vlrl[gpu]'."""
 

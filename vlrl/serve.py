@@ -136,3 +136,13 @@ def serve_in_thread(server: http.server.HTTPServer) -> threading.Thread:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     return thread
+
+
+def serve_until_interrupted(server: http.server.HTTPServer) -> None:
+    """Serves until Ctrl-C (the commands `vlrl serve-rewards` and `vlrl serve-env`), then closes the socket."""
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,219 @@
+"""`vlrl serve-env` and its client: the protocol's endpoints, every bad request answered 4xx while the server goes
+on, an environment that raises (500, and on), the session cap, and RemoteEnv giving exactly the local episode."""
+
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+from vlrl.envs import ENVIRONMENTS, Env, Observation, Step, make, parse_actions
+from vlrl.envs.remote import RemoteEnv
+from vlrl.envs.server import make_server
+from vlrl.errors import EnvError
+
+
+class CountEnv(Env):
+    """Counts up to `goal`: `up` adds one (reward 1 on reaching the goal), `boom` raises, like a broken game."""
+
+    name = "count"
+    actions = ("up", "stay", "boom")
+
+    def __init__(self, goal: int = 3, max_actions: int = 1):
+        self.goal, self.max_actions = goal, max_actions
+
+    def reset(self, seed):
+        self.value, self.turns = seed % 2, 0
+        return self._obs()
+
+    def step(self, reply):
+        chosen, problem = parse_actions(reply, self.actions, self.max_actions)
+        if "boom" in chosen:
+            raise ValueError("the counter broke")
+        self.turns += 1
+        self.value += chosen.count("up")
+        done = self.value >= self.goal
+        return Step(self._obs(), float(done), done, {"actions": chosen, "invalid": not chosen, "problem": problem})
+
+    def metrics(self):
+        return {"success": self.value >= self.goal, "return": float(self.value >= self.goal), "length": self.turns}
+
+    def _obs(self):
+        from PIL import Image
+
+        return Observation(Image.new("RGB", (8, 8), (40 * self.value, 0, 0)), f"at {self.value}")
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """Starts servers in threads (on free ports) and gives their URLs; all are closed after the test."""
+    monkeypatch.setitem(ENVIRONMENTS, "count", f"{__name__}:CountEnv")
+    servers = []
+
+    def start(name="count", options=None, **kwargs):
+        server = make_server(name, options, port=0, quiet=True, **kwargs)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+        server.service.shutdown()
+
+
+def call(url, method="GET", body=None, raw=None, headers=None):
+    """(status, JSON answer) of one request."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_the_endpoints_play_an_episode(served):
+    url = served(options={"goal": 2})
+    assert call(url + "/health") == (200, {"ok": True, "env": "count", "sessions": 0, "max_sessions": 64})
+    status, task = call(url + "/task_info")
+    assert status == 200 and task["actions"] == ["up", "stay", "boom"] and task["max_actions_per_turn"] == 1
+    status, reset = call(url + "/reset", "POST", {"seed": 4})
+    assert status == 200 and set(reset) == {"session", "observation", "task"}
+    assert reset["observation"]["image"].startswith("data:image/png;base64,")
+    assert reset["observation"]["text"] == "at 0"
+    session = reset["session"]
+    status, step = call(url + "/step", "POST", {"session": session, "action": "<SOLUTION>up</SOLUTION>"})
+    assert status == 200 and (step["reward"], step["done"], step["info"]["actions"]) == (0.0, False, ["up"])
+    assert step["observation"]["text"] == "at 1"
+    assert call(url + "/step", "POST", {"session": session, "action": "up"})[1]["done"] is True
+    assert call(url + f"/metrics?session={session}") == (200, {"success": True, "return": 1.0, "length": 2})
+    # a reset naming its session replays in it; closing frees it
+    assert call(url + "/reset", "POST", {"seed": 4, "session": session})[1]["session"] == session
+    assert call(url + "/close", "POST", {"session": session}) == (200, {"closed": True})
+    assert call(url + "/health")[1]["sessions"] == 0
+
+
+@pytest.mark.parametrize("method,path,body,status,words", [
+    # the body itself
+    ("POST", "/reset", b"{not json", 400, "not JSON"),
+    ("POST", "/reset", b"[1, 2]", 400, "must be a JSON object"),
+    ("POST", "/step", b"", 400, "the body is empty"),
+    # fields
+    ("POST", "/reset", {}, 400, "needs a whole-number seed"),
+    ("POST", "/reset", {"seed": "three"}, 400, "needs a whole-number seed"),
+    ("POST", "/reset", {"seed": True}, 400, "needs a whole-number seed"),
+    ("POST", "/reset", {"seed": 1, "options": {"goal": 2, "colour": "red"}}, 400, "has no option 'colour'"),
+    ("POST", "/reset", {"seed": 1, "options": [1]}, 400, "options must be a JSON object"),
+    ("POST", "/step", {"action": "up"}, 400, "name the episode's session"),
+    ("POST", "/step", {"session": "feedbeef", "action": "up"}, 404, "no session 'feedbeef'"),
+    ("GET", "/metrics?session=feedbeef", None, 404, "no session"),
+    ("GET", "/task_info?options=%7Bbad", None, 400, "options must be JSON"),
+    # paths and methods
+    ("GET", "/nowhere", None, 404, "no endpoint /nowhere"),
+    ("GET", "/reset", None, 405, "/reset takes POST, not GET"),
+    ("POST", "/health", {}, 405, "/health takes GET, not POST"),
+])
+def test_a_bad_request_gets_4xx_and_the_server_goes_on(served, method, path, body, status, words):
+    url = served()
+    raw = body if isinstance(body, bytes) else None
+    got, answer = call(url + path, method, None if raw is not None else body, raw=raw)
+    assert got == status and words in answer["error"]
+    assert call(url + "/health")[0] == 200
+
+
+def test_a_huge_body_or_a_step_out_of_turn_is_refused(served):
+    url = served()
+    status, answer = call(url + "/step", "POST", raw=b"{}", headers={"Content-Length": str(5 << 20)})
+    assert status == 413 and "more than the 1048576 accepted" in answer["error"]
+    session = call(url + "/reset", "POST", {"seed": 0, "options": {"goal": 1}})[1]["session"]
+    assert call(url + "/step", "POST", {"session": session, "action": "up"})[1]["done"]
+    status, answer = call(url + "/step", "POST", {"session": session, "action": "up"})
+    assert status == 409 and "episode is over; POST /reset" in answer["error"]
+    status, answer = call(url + "/step", "POST", {"session": session, "action": 7})
+    assert status == 400 and "reply as text" in answer["error"]
+    assert call(url + "/health")[0] == 200
+
+
+def test_an_environment_that_raises_gives_500_and_the_episode_goes_on(served):
+    url = served()
+    session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    status, answer = call(url + "/step", "POST", {"session": session, "action": "boom"})
+    assert status == 500 and answer["error"] == "the environment raised ValueError: the counter broke"
+    assert call(url + "/step", "POST", {"session": session, "action": "up"})[1]["observation"]["text"] == "at 1"
+
+
+def test_sessions_are_capped_and_idle_ones_make_room(served):
+    url = served(max_sessions=2)
+    first = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    call(url + "/reset", "POST", {"seed": 1})
+    status, answer = call(url + "/reset", "POST", {"seed": 2})
+    assert status == 429 and "all 2 sessions are in use" in answer["error"]
+    call(url + "/close", "POST", {"session": first})
+    assert call(url + "/reset", "POST", {"seed": 2})[0] == 200
+    url = served(max_sessions=1, idle_s=0.0)  # every session is idle at once: the oldest gives way
+    old = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    assert call(url + "/reset", "POST", {"seed": 1})[0] == 200
+    assert call(url + "/step", "POST", {"session": old, "action": "up"})[0] == 404
+
+
+def test_remote_env_is_the_local_env(served):
+    url = served(options={"goal": 5})
+    remote, other = make(url), RemoteEnv(url, max_actions=2)  # two sessions side by side
+    assert (remote.name, remote.actions, remote.max_actions, other.max_actions) == ("count", CountEnv.actions, 1, 2)
+    local = CountEnv(goal=5)
+    assert remote.reset(3).image.tobytes() == local.reset(3).image.tobytes()
+    other.reset(0)
+    for reply in ["up", "stay", "<SOLUTION>fly</SOLUTION>", "up"]:
+        got, want = remote.step(reply), local.step(reply)
+        assert got.observation.image.tobytes() == want.observation.image.tobytes()
+        assert (got.observation.text, got.reward, got.done, got.info) == (want.observation.text, want.reward,
+                                                                          want.done, want.info)
+        assert other.step("up, stay").info["actions"] == ["up", "stay"]
+    assert remote.metrics() == local.metrics() and other.metrics()["length"] == 4
+    with pytest.raises(EnvError, match="refused POST /step .*: the environment raised ValueError"):
+        remote.step("boom")
+    remote.close()
+    other.close()
+
+
+def test_remote_crafter_gives_the_local_frames(served):
+    pytest.importorskip("crafter")
+    options = {"size": 64, "area": 16}
+    remote, local = make(served("crafter", options)), make("crafter", **options)
+    assert remote.describe() == local.describe()
+    assert remote.reset(1).image.tobytes() == local.reset(1).image.tobytes()
+    for reply in ["<SOLUTION>move_down, move_down, move_down, move_right</SOLUTION>", "do", "fly", "move_up, do"]:
+        got, want = remote.step(reply), local.step(reply)
+        assert got.observation.image.tobytes() == want.observation.image.tobytes()
+        assert (got.observation.text, got.reward, got.info) == (want.observation.text, want.reward, want.info)
+    assert remote.metrics() == local.metrics() and remote.metrics()["achievements"] == ["collect_wood"]
+
+
+def test_a_server_that_is_down_or_refuses_is_named(served):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free, and nobody listens after the close
+    with pytest.raises(EnvError, match=f"no environment server answered at http://127.0.0.1:{port} "):
+        RemoteEnv(f"http://127.0.0.1:{port}", timeout=5)
+    with socket.socket() as silent:  # listens, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        with pytest.raises(EnvError, match="no answer within 0.3 s"):
+            RemoteEnv(f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=0.3)
+    url = served()
+    with pytest.raises(EnvError, match=f"at {url} refused GET /task_info .*has no option 'size'"):
+        RemoteEnv(url, size=64)
+    with pytest.raises(EnvError, match="step\\(\\) before reset"):
+        RemoteEnv(url).step("up")
+
+
+def test_bad_server_options_fail_before_listening(monkeypatch):
+    monkeypatch.setitem(ENVIRONMENTS, "count", f"{__name__}:CountEnv")
+    from vlrl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="has no option 'speed'"):
+        make_server("count", {"speed": 2}, port=0)
