@@ -62,11 +62,25 @@ def load_policy(config: RunConfig, log=print):
 # --- the data ------------------------------------------------------------------------------------------------------
 
 def split(config: RunConfig, rows, report: data.DataReport | None = None):
-    """(train, held_out) rows: `data.split_holdout` with the run's hold_out and seed. For a local model warm-started
-    in this run, no held-out item shows a picture the warm start trained on, so the eval measures reading, not
-    recall. A pure function of the configuration: `vlrl eval` and `vlrl data inspect` get the run's own items."""
+    """(train, eval) rows. With an [eval] source: all of `rows` but those overlapping its items
+    (`data.drop_eval_overlap`), and every item of it. Else `data.split_holdout` with the run's hold_out and seed; for
+    a local model warm-started in this run, no held-out item shows a picture the warm start trained on, so the eval
+    measures reading, not recall. A pure function of the configuration: `vlrl eval` and `vlrl data inspect` get the
+    run's own items."""
+    if config.eval.source:
+        eval_rows = eval_items(config, report)
+        return data.drop_eval_overlap(rows, eval_rows, report=report), eval_rows
     return data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report,
                               exclude_images=warmstart.held_out_exclusions(config))
+
+
+def eval_items(config: RunConfig, report: data.DataReport | None = None):
+    """Every item of the run's [eval] source (its load summarized in `report.eval_source`)."""
+    rows, eval_report = data.load_eval_rows(config.eval, config.data.image_size, return_report=True)
+    if report is not None:
+        report.eval_source = {"summary": eval_report.summary(), **{k: getattr(eval_report, k) for k in (
+            "source", "split", "rows_read", "rows_kept", "skipped", "examples")}}
+    return rows
 
 
 def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print):
@@ -74,6 +88,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
     rows, data_report = data.load_rows(config.data, return_report=True)
+    if data_report.trains_on_test_split:
+        log(data_report.trains_on_test_split)
     train_rows, held_out = split(config, rows, data_report)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
@@ -87,7 +103,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if run is not None:
         data_report.save(RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
-    log(f"data: {len(train_ds)} training items, {len(eval_ds)} held-out items "
+    log(f"data: {len(train_ds)} training items, {len(eval_ds)} {'eval' if config.eval.source else 'held-out'} items "
         f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
     return train_ds, eval_ds
 
@@ -176,6 +192,6 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
 def held_out(config: RunConfig, processor):
     """The run's held-out items as TRL rows, length-filtered: exactly what its evals score (a pure function of the
     configuration and the processor)."""
-    _, rows = split(config, data.load_rows(config.data))
+    rows = eval_items(config) if config.eval.source else split(config, data.load_rows(config.data))[1]
     eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
     return eval_ds
