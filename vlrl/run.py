@@ -103,6 +103,11 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if run is not None:
         data_report.save(RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
+    if config.eval.source:
+        overlap = data_report.eval_source["overlap"]
+        log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "
+            f"{overlap['train_dropped_same_id']} same id, {overlap['train_dropped_same_image']} same picture, "
+            f"{overlap['train_dropped_same_question']} same question and answer")
     log(f"data: {len(train_ds)} training items, {len(eval_ds)} {'eval' if config.eval.source else 'held-out'} items "
         f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
     return train_ds, eval_ds
@@ -176,6 +181,9 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
     banner("6/6 export the adapter (verified from disk)", log)
     export_policy(config, policy, processor, rd, log)
     log(f"done in {time.time() - started:.0f} s: {rd.path}")
+    warning = data.training_on_test_warning(config.data.source, config.data.split)
+    if warning:  # again at the end of a long log: this run's scores are not a benchmark result
+        log(warning)
     return comparison
 
 
