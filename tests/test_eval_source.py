@@ -297,3 +297,12 @@ def test_all_of_testmini_is_the_eval_set(testmini_layout, cache):
     train, held = run.split(conf, data.load_rows(conf.data))
     assert len(held) == 1000 and len(train) == 8
     assert "MathVista's layout" in data.training_on_test_warning(testmini_layout, "testmini")
+
+
+def test_warm_start_of_a_local_model_with_an_eval_source():
+    """`vlrl sft` drops warm-start items showing an eval picture: with [eval] source, those of that source."""
+    from vlrl import warmstart
+
+    conf = config.preset("tiny", overrides=["data.hold_out=0", f"eval.source={SAMPLE_DIR}", "eval.split=testmini",
+                                            "model.warm_start_items=16"])
+    assert len(warmstart.items(conf, exclude_held_out=True)) == 16

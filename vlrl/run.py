@@ -117,7 +117,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
-    """Greedy eval of the held-out items into eval_<when>.jsonl ("before" resumes a partial file; "after" always
+    """Greedy eval of the eval items into eval_<when>.jsonl ("before" resumes a partial file; "after" always
     starts over, since records of an earlier adapter must never be scored as this one's)."""
     run = RunDir.of(run)
     path = run.eval_file(f"eval_{when}")
