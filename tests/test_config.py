@@ -188,7 +188,7 @@ def test_qwen3_vl_presets_carry_the_recipe(size):
                               else f"Qwen/Qwen3-VL-{size.upper()}-Instruct")
     assert (m.load_in_4bit, m.max_seq_length, m.lora_r, m.lora_alpha) == (four_bit, 16384, 16, 16)
     assert (m.finetune_vision_layers, m.train_projector, m.backend) == (False, False, "auto")
-    assert d.max_prompt_tokens == 1024 and d.source == "AI4Math/MathVista"
+    assert d.max_prompt_tokens == 1024 and d.source == "TIGER-Lab/ViRL39K"  # never a test set (tests/test_eval_source)
     recipe = gspo.gspo_values()
     for key in ("learning_rate", "num_generations", "max_completion_length", "num_train_epochs", "temperature"):
         assert getattr(t, key) == recipe[key], key

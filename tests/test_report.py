@@ -4,6 +4,7 @@
 import html
 import json
 import re
+import shutil
 
 import pytest
 from chromium import needs_chromium, open_page  # tests/chromium.py
@@ -205,3 +206,15 @@ def test_files_view_lists_sizes_and_checks(tmp_path):
     assert "<td>images/</td><td>2 files, 20 B</td>" in page
     assert "<td>nonzero_lora_B</td><td><code>14</code></td>" in page
     assert "no folder" in report.files_html(tmp_path / "missing")
+
+
+def test_report_warns_at_its_top_when_the_run_trained_on_a_test_split(tmp_path, run_dir):
+    from vlrl.data import training_on_test_warning
+
+    warned = tmp_path / "warned"
+    shutil.copytree(run_dir, warned)
+    warning = training_on_test_warning("AI4Math/MathVista", "testmini")
+    (warned / "data_report.json").write_text(json.dumps({"source": "AI4Math/MathVista", "trains_on_test_split": warning}))
+    page = report.render(warned).read_text()
+    assert page.index(html.escape(warning)) < page.index("<h2>Comparison</h2>")
+    assert "a test split" not in (run_dir / "report.html").read_text()

@@ -188,8 +188,10 @@ def cmd_data_inspect(args) -> int:
         rows, report = data.load_synthetic(args.num_items, image_size=args.image_size or 128, tasks=args.tasks,
                                            return_report=True)
     else:
-        options = {"numeric_only": not args.all_answers, "image_size": args.image_size or None,
-                   "keep_aspect": args.keep_aspect, "max_images": args.max_images, "log": lambda _: None}
+        options = {"image_size": args.image_size or None, "keep_aspect": args.keep_aspect,
+                   "max_images": args.max_images, "log": lambda _: None}
+        if args.all_answers:  # else each loader's own default: numbers only, but ViRL39K's answers of every kind
+            options["numeric_only"] = False
         if loader == "generic":
             options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
                            id_key=args.id_key, system_prompt=args.system_prompt)
@@ -218,9 +220,10 @@ def _inspect_run(args) -> int:
         print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "
               "before the length filter ([data] max_prompt_tokens); pass --processor DIR to apply it.")
     train_ds, eval_ds = run.prepare(config, processor, None, log=print)
-    print(f"run {config.name!r}: {len(train_ds)} training items, {len(eval_ds)} held-out items")
+    kind = "eval" if config.eval.source else "held-out"
+    print(f"run {config.name!r}: {len(train_ds)} training items, {len(eval_ds)} {kind} items")
     _print_items("train", train_ds, args.n, processor)
-    _print_items("held-out", eval_ds, args.n, processor)
+    _print_items(kind, eval_ds, args.n, processor)
     return 0
 
 
@@ -343,7 +346,7 @@ def parser() -> argparse.ArgumentParser:
     source.add_argument("--config", help="show the items this run file's run trains and evaluates on")
     i.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a run-file setting")
     i.add_argument("--split", help="default: testmini (MathVista), train (geo3k, generic)")
-    i.add_argument("--loader", choices=["auto", "mathvista", "geo3k", "generic"], default="auto")
+    i.add_argument("--loader", choices=["auto", "mathvista", "geo3k", "virl39k", "generic"], default="auto")
     i.add_argument("-n", type=int, default=3, help="prompts to print (default 3; with a run: of each part)")
     i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
     i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")

@@ -62,11 +62,25 @@ def load_policy(config: RunConfig, log=print):
 # --- the data ------------------------------------------------------------------------------------------------------
 
 def split(config: RunConfig, rows, report: data.DataReport | None = None):
-    """(train, held_out) rows: `data.split_holdout` with the run's hold_out and seed. For a local model warm-started
-    in this run, no held-out item shows a picture the warm start trained on, so the eval measures reading, not
-    recall. A pure function of the configuration: `vlrl eval` and `vlrl data inspect` get the run's own items."""
+    """(train, eval) rows. With an [eval] source: all of `rows` but those overlapping its items
+    (`data.drop_eval_overlap`), and every item of it. Else `data.split_holdout` with the run's hold_out and seed; for
+    a local model warm-started in this run, no held-out item shows a picture the warm start trained on, so the eval
+    measures reading, not recall. A pure function of the configuration: `vlrl eval` and `vlrl data inspect` get the
+    run's own items."""
+    if config.eval.source:
+        eval_rows = eval_items(config, report)
+        return data.drop_eval_overlap(rows, eval_rows, report=report), eval_rows
     return data.split_holdout(rows, config.data.hold_out, seed=config.data.seed, report=report,
                               exclude_images=warmstart.held_out_exclusions(config))
+
+
+def eval_items(config: RunConfig, report: data.DataReport | None = None):
+    """Every item of the run's [eval] source (its load summarized in `report.eval_source`)."""
+    rows, eval_report = data.load_eval_rows(config.eval, config.data.image_size, return_report=True)
+    if report is not None:
+        report.eval_source = {"summary": eval_report.summary(), **{k: getattr(eval_report, k) for k in (
+            "source", "split", "rows_read", "rows_kept", "skipped", "examples")}}
+    return rows
 
 
 def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print):
@@ -74,6 +88,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
     rows, data_report = data.load_rows(config.data, return_report=True)
+    if data_report.trains_on_test_split:
+        log(data_report.trains_on_test_split)
     train_rows, held_out = split(config, rows, data_report)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
@@ -87,7 +103,12 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if run is not None:
         data_report.save(RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
-    log(f"data: {len(train_ds)} training items, {len(eval_ds)} held-out items "
+    if config.eval.source:
+        overlap = data_report.eval_source["overlap"]
+        log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "
+            f"{overlap['train_dropped_same_id']} same id, {overlap['train_dropped_same_image']} same picture, "
+            f"{overlap['train_dropped_same_question']} same question and answer")
+    log(f"data: {len(train_ds)} training items, {len(eval_ds)} {'eval' if config.eval.source else 'held-out'} items "
         f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
     return train_ds, eval_ds
 
@@ -96,7 +117,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
-    """Greedy eval of the held-out items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
+    """Greedy eval of the eval items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
     item into samples_<when>.jsonl (pass@k). "before" resumes partial files; "after" always starts over, since
     records of an earlier adapter must never be scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
@@ -169,6 +190,9 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
     banner("6/6 export the adapter (verified from disk)", log)
     export_policy(config, policy, processor, rd, log)
     log(f"done in {time.time() - started:.0f} s: {rd.path}")
+    warning = data.training_on_test_warning(config.data.source, config.data.split)
+    if warning:  # again at the end of a long log: this run's scores are not a benchmark result
+        log(warning)
     return comparison
 
 
@@ -185,6 +209,6 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
 def held_out(config: RunConfig, processor):
     """The run's held-out items as TRL rows, length-filtered: exactly what its evals score (a pure function of the
     configuration and the processor)."""
-    _, rows = split(config, data.load_rows(config.data))
+    rows = eval_items(config) if config.eval.source else split(config, data.load_rows(config.data))[1]
     eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
     return eval_ds

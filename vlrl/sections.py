@@ -26,13 +26,13 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "synthetic"  # synthetic | a MathVista hub id or local directory
+    source: str = "synthetic"  # synthetic | a hub id or local directory (MathVista, geo3k, ViRL39K layouts)
     split: str = "testmini"
     num_items: int = 200  # synthetic only
     difficulty: int = 1  # synthetic only
     tasks: list[str] = field(default_factory=list)  # synthetic only: vlrl.synthetic task names; empty: the six default
     image_size: int = 512
-    hold_out: int = 100
+    hold_out: int = 100  # items held out of this source for the evals; 0 with an [eval] source
     max_prompt_tokens: int = 1024  # the recipe's max_prompt_length, enforced by measuring, never by truncation
     seed: int = 0
 
@@ -73,6 +73,10 @@ class EvalConfig:
     samples: int = 0
     temperature: float = 1.0  # of the sampled eval; the recipe samples at 1.0 in training
     seed: int = 0             # of the sampled eval's draws
+    # A separate eval set: every item of this source's split ("": [data]'s held-out items). [data] then trains on all
+    # of its items but those sharing an id, a picture or a question and answer with an eval item (dropped, counted).
+    source: str = ""
+    split: str = ""
 
 
 @dataclass

@@ -107,8 +107,20 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if not 0 <= t.stop_on_degeneration <= 1:
         add(f"[training] stop_on_degeneration = {t.stop_on_degeneration} is a share of completions: use 0 (never "
             "stop) or a value in (0, 1], e.g. 0.5.")
-    if d.hold_out < 1:
-        add(f"[data] hold_out = {d.hold_out} must be at least 1: the before/after eval needs items.")
+    if e.source and d.hold_out:
+        add(f"[data] hold_out = {d.hold_out} must be 0 with [eval] source = {e.source!r}: the evals score every item "
+            "of [eval] source and [data] trains on all of its own; set hold_out = 0, or remove [eval] source.")
+    elif not e.source and d.hold_out < 1:
+        add(f"[data] hold_out = {d.hold_out} must be at least 1: the before/after eval needs items (or set "
+            "[eval] source to evaluate on another data set).")
+    if e.source and (e.source == "synthetic" or not e.split):
+        add(f"[eval] source = {e.source!r} with split = {e.split!r}: name a data set (hub id or directory) and its "
+            'split, e.g. source = "AI4Math/MathVista" and split = "testmini"; generated items are held out of [data].')
+    elif e.source and (e.source, e.split) == (d.source, d.split):
+        add(f"[eval] source and split name [data]'s own ({e.source} {e.split}): nothing would be left to train on; "
+            "remove [eval] source and hold items out with [data] hold_out instead.")
+    elif e.split and not e.source:
+        add(f'[eval] split = {e.split!r} needs an [eval] source; set source (e.g. "AI4Math/MathVista") or remove split.')
     if d.image_size < 32:
         add(f"[data] image_size = {d.image_size} is smaller than one merged Qwen-VL patch (32 px); use 32 or more "
             "(64 for the tiny preset, 512 for real models).")

@@ -54,11 +54,19 @@ def items(config: RunConfig, *, exclude_held_out: bool = False) -> list[dict]:
         chosen = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
         if not exclude_held_out:
             return chosen
-        _, held_out = data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
+        _, held_out = _train_and_eval(config)
     else:
-        chosen, held_out = data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
+        chosen, held_out = _train_and_eval(config)
     held = {image_hash(image) for row in held_out for image in prompts.row_images(row)}
     return [row for row in chosen if not held & {image_hash(image) for image in prompts.row_images(row)}]
+
+
+def _train_and_eval(config: RunConfig):
+    """[data]'s rows and the eval set, before the run's decontamination (which only ever drops training rows)."""
+    d = config.data
+    if config.eval.source:
+        return data.load_rows(d), data.load_eval_rows(config.eval, d.image_size)
+    return data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
 
 
 def held_out_exclusions(config: RunConfig) -> set[str]:

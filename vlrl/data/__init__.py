@@ -15,29 +15,38 @@ The modules, in the order a load goes through them:
 
 - `sources`: a hub id / directory / file / Dataset / list -> raw rows (MathVista's JSON layout included);
 - `canonical`: one raw row -> one canonical row or a counted skip (the schema, `Fields`);
-- `loaders`: `load_generic`, `load_mathvista`, `load_geo3k` (the pipeline, with each data set's columns);
-- `choose`: `loader_name` (which loader a source calls for), `load_synthetic`, `load_rows` (a run's `[data]`);
-- `split`: `split_holdout`, `check_disjoint` (nothing trains on an eval item or picture);
+- `loaders`: `load_generic`, `load_mathvista`, `load_geo3k`, `load_virl39k` (the pipeline, with each data set's
+  columns);
+- `choose`: `loader_name` (which loader a source calls for), `load_synthetic`, `load_rows` (a run's `[data]`),
+  `load_eval_rows` (its `[eval] source`);
+- `splits`: `known_test_split`, `training_on_test_warning` (benchmarks' test splits, which no preset trains on);
+- `split`: `split_holdout`, `drop_eval_overlap`, `check_disjoint` (nothing trains on an eval item or picture);
 - `report`: `DataReport`, `SKIP_REASONS`.
 """
 
 from vlrl.data.canonical import IMAGE_FORMATS, PREPROCESS_VERSION, Fields
-from vlrl.data.choose import LOADERS, load_rows, load_synthetic, loader_name
+from vlrl.data.choose import LOADERS, load_eval_rows, load_rows, load_synthetic, loader_name
 from vlrl.data.loaders import (
     GEO3K_FIELDS,
     MATHVISTA_FIELDS,
     SAMPLE_DIR,
+    VIRL39K_FIELDS,
+    VIRL39K_SAMPLE_DIR,
     load_generic,
     load_geo3k,
     load_mathvista,
+    load_virl39k,
 )
 from vlrl.data.report import SKIP_REASONS, DataReport
-from vlrl.data.split import check_disjoint, split_holdout
+from vlrl.data.split import check_disjoint, drop_eval_overlap, split_holdout
+from vlrl.data.splits import known_test_split, training_on_test_warning
 from vlrl.errors import DataError
 from vlrl.images import image_hash
 
 __all__ = [
     "GEO3K_FIELDS", "IMAGE_FORMATS", "LOADERS", "MATHVISTA_FIELDS", "PREPROCESS_VERSION", "SAMPLE_DIR",
-    "SKIP_REASONS", "DataError", "DataReport", "Fields", "check_disjoint", "image_hash", "load_generic",
-    "load_geo3k", "load_mathvista", "load_rows", "load_synthetic", "loader_name", "split_holdout",
+    "SKIP_REASONS", "VIRL39K_FIELDS", "VIRL39K_SAMPLE_DIR", "DataError", "DataReport", "Fields", "check_disjoint",
+    "drop_eval_overlap", "image_hash", "known_test_split", "load_eval_rows", "load_generic", "load_geo3k",
+    "load_mathvista", "load_rows", "load_synthetic", "load_virl39k", "loader_name", "split_holdout",
+    "training_on_test_warning",
 ]

@@ -32,7 +32,7 @@ from vlrl.errors import DataError
 from vlrl.images import BadItem, fit_image, load_image
 from vlrl.prompts import IMAGE_PLACEHOLDER
 
-PREPROCESS_VERSION = 1  # part of the datasets cache fingerprint: bump when preprocessing changes its output
+PREPROCESS_VERSION = 2  # part of the datasets cache fingerprint: bump when preprocessing changes its output
 
 # How preprocessed images are stored in the Arrow cache (bench/results/bench_data.md has the measured trade-off).
 IMAGE_FORMATS = {
@@ -140,12 +140,29 @@ def _text(value) -> str | None:
     return text or None
 
 
+def unboxed(answer: str | None) -> str | None:
+    r"""A gold answer wholly inside one `\boxed{...}` (ViRL39K writes every answer so) without the box; any other
+    answer as it is. Braces must balance, so `\boxed{a}+\boxed{b}` keeps its boxes.
+
+    >>> unboxed(r"\boxed{17^\circ}"), unboxed(r"\boxed{\frac{1}{2}}"), unboxed(r"\boxed{a}+\boxed{b}"), unboxed("4")
+    ('17^\\circ', '\\frac{1}{2}', '\\boxed{a}+\\boxed{b}', '4')
+    """
+    if answer is None or not answer.startswith("\\boxed{") or not answer.endswith("}"):
+        return answer
+    depth = 0
+    for char in answer[len("\\boxed"):-1]:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth == 0:  # the box closes before the end: more than one box, or text after it
+            return answer
+    return _text(answer[len("\\boxed{"):-1]) if depth == 1 else answer
+
+
 def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict:
     """The text columns of a canonical row; cheap checks first, so no image is decoded for a row that fails them."""
     question = _text(example.get(fields.prompt_key))
     if question is None:
         raise BadItem("missing_question", f"{fields.prompt_key!r} is {example.get(fields.prompt_key)!r}")
-    answer = _text(example.get(fields.answer_key))
+    answer = unboxed(_text(example.get(fields.answer_key)))
     if answer is None:
         raise BadItem("missing_answer", f"{fields.answer_key!r} is {example.get(fields.answer_key)!r}")
     choices = example.get("choices")

@@ -1,7 +1,8 @@
-"""Which loader a source calls for, and a run's `[data]` table -> canonical rows.
+"""Which loader a source calls for, and a run's `[data]` table (or its `[eval] source`) -> canonical rows.
 
 `loader_name` is the one place a source's name picks its loader; `load_rows` loads what a `DataConfig` names
-(generated items or a data set), and `load_synthetic` gives generated items the `DataReport` a loader would.
+(generated items or a data set, its report warning when that is a known test split), `load_eval_rows` every item of
+an `[eval] source`, and `load_synthetic` gives generated items the `DataReport` a loader would.
 
     >>> from vlrl.config import DataConfig
     >>> rows, report = load_rows(DataConfig(num_items=6, image_size=32), return_report=True)
@@ -12,32 +13,39 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vlrl import synthetic
-from vlrl.data.loaders import load_generic, load_geo3k, load_mathvista
+from vlrl.data.loaders import load_generic, load_geo3k, load_mathvista, load_virl39k
 from vlrl.data.report import DataReport
+from vlrl.data.sources import VIRL39K_TABLE
+from vlrl.data.splits import training_on_test_warning
 from vlrl.errors import DataError
 
 if TYPE_CHECKING:
-    from vlrl.config import DataConfig
+    from vlrl.config import DataConfig, EvalConfig
 
 # The loaders of a data source, by the names `loader_name` gives (and `vlrl data inspect --loader` takes). The generic
 # loader is never guessed from a name, since it needs the source's column names.
-LOADERS = {"mathvista": load_mathvista, "geo3k": load_geo3k, "generic": load_generic}
+LOADERS = {"mathvista": load_mathvista, "geo3k": load_geo3k, "virl39k": load_virl39k, "generic": load_generic}
 
 
 def loader_name(source) -> str:
     """The loader a source calls for: "synthetic" (generated items: `load_synthetic`), "geo3k" when its name mentions
-    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), else "mathvista" (any other hub id or
-    directory, in MathVista's hub or JSON layout). `LOADERS` maps the last two to their loaders.
+    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), "virl39k" when it mentions ViRL39K or is a
+    directory holding 39Krelease.parquet, else "mathvista" (any other hub id or directory, in MathVista's hub or JSON
+    layout). `LOADERS` maps the last three to their loaders.
 
-    >>> [loader_name(s) for s in ("synthetic", "hiyouga/geometry3k", "data/Geo3K-copy", "AI4Math/MathVista")]
-    ['synthetic', 'geo3k', 'geo3k', 'mathvista']
+    >>> [loader_name(s) for s in ("synthetic", "hiyouga/geometry3k", "data/Geo3K-copy", "TIGER-Lab/ViRL39K",
+    ...                           "AI4Math/MathVista")]
+    ['synthetic', 'geo3k', 'geo3k', 'virl39k', 'mathvista']
     """
     if source == "synthetic":
         return "synthetic"
     name = os.fspath(source).lower()
+    if "virl39k" in name or (Path(source) / VIRL39K_TABLE).is_file():
+        return "virl39k"
     return "geo3k" if "geometry3k" in name or "geo3k" in name else "mathvista"
 
 
@@ -60,10 +68,10 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
 
 
 def load_rows(data_config: DataConfig, *, return_report: bool = False):
-    """Canonical rows for a run's `[data]` table: generated items (a list), or MathVista / geo3k (a Dataset).
+    """Canonical rows for a run's `[data]` table: generated items (a list), or MathVista / geo3k / ViRL39K (a Dataset).
 
     The loader is the one `loader_name` picks for `data_config.source`. With `return_report`, also the
-    `DataReport` of the load.
+    `DataReport` of the load (its `trains_on_test_split` says when the source is a known test split).
     """
     d = data_config
     name = loader_name(d.source)
@@ -73,4 +81,21 @@ def load_rows(data_config: DataConfig, *, return_report: bool = False):
                                       return_report=True)
     else:
         rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True)
+        report.trains_on_test_split = training_on_test_warning(d.source, d.split) or ""
+    return (rows, report) if return_report else rows
+
+
+def load_eval_rows(eval_config: EvalConfig, image_size: int, *, return_report: bool = False):
+    """Every item of a run's `[eval] source` / `split` (a Dataset), answers of any kind kept (MathVista's
+    multi-choice and text items count: the answer grammar scores them), pictures at the training `image_size`.
+
+    Raises:
+        DataError: no source set, or generated items named (hold them out of `[data]` instead).
+    """
+    name = loader_name(eval_config.source) if eval_config.source else "synthetic"
+    if name == "synthetic":
+        raise DataError(f"[eval] source = {eval_config.source!r} names no data set; give a hub id or a directory, "
+                        "or leave it empty to evaluate on [data]'s held-out items.")
+    rows, report = LOADERS[name](eval_config.source, split=eval_config.split, image_size=image_size,
+                                 numeric_only=False, return_report=True)
     return (rows, report) if return_report else rows

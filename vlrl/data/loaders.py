@@ -1,7 +1,8 @@
 """The loaders: a source -> canonical rows, with a `DataReport` of what was kept and skipped, and why.
 
-`load_generic` reads any visual-QA source configured by column names (`Fields`); `load_mathvista` and `load_geo3k`
-are it with those data sets' columns (`MATHVISTA_FIELDS`, `GEO3K_FIELDS`) and defaults. Each returns a
+`load_generic` reads any visual-QA source configured by column names (`Fields`); `load_mathvista`, `load_geo3k` and
+`load_virl39k` are it with those data sets' columns (`MATHVISTA_FIELDS`, `GEO3K_FIELDS`, `VIRL39K_FIELDS`) and
+defaults. Each returns a
 `datasets.Dataset` of rows in the canonical schema (`vlrl.data.canonical`), preprocessed once and cached by datasets.
 
     >>> rows, report = load_mathvista("data/mathvista_sample", return_report=True)   # doctest: +SKIP
@@ -26,17 +27,21 @@ from vlrl.data.canonical import (
     drop_skipped,
 )
 from vlrl.data.report import DataReport
-from vlrl.data.sources import read_source, source_name
+from vlrl.data.sources import VIRL39K_REPO, read_source, source_name, virl39k_files
+from vlrl.errors import DataError
 from vlrl.images import MAX_IMAGE_BYTES, undecoded
 
 logger = logging.getLogger(__name__)
 
 # The bundled sample in MathVista's JSON layout (a checkout's data/; `python data/make_mathvista_sample.py` redraws it)
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "data" / "mathvista_sample"
+# ViRL39K's layout, made-up rows (`python data/make_virl39k_sample.py` redraws it)
+VIRL39K_SAMPLE_DIR = SAMPLE_DIR.with_name("virl39k_sample")
 
 MATHVISTA_FIELDS = Fields(prompt_key="question", answer_key="answer", image_keys=("decoded_image", "image"),
                           id_key="pid", first_image_key_only=True)
 GEO3K_FIELDS = Fields(prompt_key="problem", answer_key="answer", image_keys=("images",), id_key=None)
+VIRL39K_FIELDS = Fields(prompt_key="question", answer_key="answer", image_keys=("image",), id_key="qid")
 
 
 def load_mathvista(source: str = "AI4Math/MathVista", split: str = "testmini", *, numeric_only: bool = True,
@@ -78,6 +83,35 @@ def load_geo3k(source: str = "hiyouga/geometry3k", split: str = "train", *, nume
     """
     return load_generic(source, split, fields=GEO3K_FIELDS, numeric_only=numeric_only, image_size=image_size,
                         return_report=return_report, **options)
+
+
+def load_virl39k(source: str = VIRL39K_REPO, split: str = "train", *, numeric_only: bool = False,
+                 image_size: int | None = 512, return_report: bool = False, **options):
+    r"""ViRL39K (TIGER-Lab, MIT): 38,870 verifiable visual-reasoning questions for RL, in the canonical schema.
+
+    Its layout: `39Krelease.parquet` (qid, question, answer as `\boxed{...}`, image: a list of paths such as
+    `images/Processed-....jpg`, category, source, pass rates) beside `images.zip`, whose paths those are. The boxes
+    are unwrapped (`canonical.unboxed`); text and expression answers are kept (score them with
+    `[training] reward = "symbolic"`).
+
+    Args:
+        source: the hub id, or a local directory holding 39Krelease.parquet and the unzipped images/.
+        split: "train", its one split.
+        numeric_only: keep only numeric answers (off: ViRL39K's answers are often expressions or letters).
+        image_size, return_report, **options: as `load_mathvista`.
+
+    Raises:
+        DataError: another split, no table, the pictures not unzipped, the hub not reachable.
+
+    >>> ds = load_virl39k(VIRL39K_SAMPLE_DIR, image_size=64)
+    >>> ds[0]["answer"], ds[0]["image"].size
+    ('17^\\circ', (64, 64))
+    """
+    if split != "train":
+        raise DataError(f"ViRL39K has one split, 'train', not {split!r}; set split = \"train\".")
+    table, root = virl39k_files(source)
+    return load_generic(str(table), split, fields=VIRL39K_FIELDS, numeric_only=numeric_only, image_size=image_size,
+                        image_root=root, return_report=return_report, **options)
 
 
 def load_generic(source, split: str = "train", *, fields: Fields | None = None, prompt_key: str | None = None,

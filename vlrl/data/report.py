@@ -57,6 +57,8 @@ class DataReport:
     max_prompt_tokens: int | None = None
     too_long: dict = field(default_factory=dict)  # "train"/"eval"/... -> prompts dropped by the length filter
     hold_out: dict = field(default_factory=dict)  # what split_holdout did
+    eval_source: dict = field(default_factory=dict)  # [eval] source: its load's report and what drop_eval_overlap did
+    trains_on_test_split: str = ""  # the warning when the training source is a known test split (vlrl.data.splits)
     seconds: float = 0.0
 
     def skip(self, reason: str, item_id, detail: str = "", examples: int = 3) -> None:
@@ -105,4 +107,6 @@ class DataReport:
             lines.extend(f"    e.g. {example}" for example in shown)
         if self.hold_out:
             lines.append(f"  hold-out: {self.hold_out}")
+        if self.eval_source:
+            lines.append(f"  eval source: {self.eval_source.get('summary')}; {self.eval_source.get('overlap')}")
         return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 Raw rows are the source's own columns, not yet checked or converted (`vlrl.data.canonical` does that). A local
 directory is either the hub's layout (parquet/arrow data files) or MathVista's own JSON layout: `<split>.json`
-keyed by pid (or a list), or `<split>.jsonl`, with image paths relative to the directory.
+keyed by pid (or a list), or `<split>.jsonl`, with image paths relative to the directory. `virl39k_files` finds
+ViRL39K's table and pictures (a local copy, or the hub's two files, its images.zip unzipped once into vlrl's cache).
 
     >>> read_source([{"question": "How many?", "answer": "3", "image": "images/1.png"}], "train", cache_dir=None)
     ([{'question': 'How many?', 'answer': '3', 'image': 'images/1.png'}], None)
@@ -20,9 +21,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from pathlib import Path
 
+from vlrl.cache import cache_dir as vlrl_cache
 from vlrl.errors import DataError
+
+VIRL39K_REPO = "TIGER-Lab/ViRL39K"
+VIRL39K_TABLE = "39Krelease.parquet"  # beside images.zip in the hub repo; its `image` paths are images/... inside it
 
 
 def source_name(source) -> str:
@@ -128,3 +134,69 @@ def _json_records(path: str, stamp: str):
             yield {"record": record}
     else:
         raise DataError(f"{path} holds a JSON {type(data).__name__}; expected an object keyed by pid or a list.")
+
+
+def virl39k_files(source) -> tuple[Path, Path]:
+    """ViRL39K's table (39Krelease.parquet) and the directory its `image` paths are relative to.
+
+    A local directory (or its 39Krelease.parquet) is the hub repo as downloaded, with images.zip unzipped in it. A hub
+    id downloads the two files through huggingface_hub (its cache, token and HF_HUB_OFFLINE apply) and unzips
+    images.zip once into vlrl's cache.
+
+    Raises:
+        DataError: no table there, the pictures not unzipped, or the hub not reachable (the message says what to do).
+    """
+    path = Path(source)
+    if path.is_file() or path.is_dir():
+        root = (path.parent if path.is_file() else path).resolve()
+        table = root / VIRL39K_TABLE
+        if not table.is_file():
+            raise DataError(f"{root} holds no {VIRL39K_TABLE}; a ViRL39K directory is the hub repo as downloaded: "
+                            f"`hf download {VIRL39K_REPO} --repo-type dataset --local-dir {root}`.")
+    else:
+        table, archive = _hub_files(os.fspath(source))
+        root = _unzipped(archive)
+    _check_pictures(table, root)
+    return table, root
+
+
+def _hub_files(repo: str) -> tuple[Path, Path]:
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return tuple(Path(hf_hub_download(repo, name, repo_type="dataset")) for name in (VIRL39K_TABLE, "images.zip"))
+    except Exception as err:
+        raise DataError(f"could not get {repo} from the hub ({type(err).__name__}: {err}). Offline, download it once "
+                        f"where the hub is reachable: `hf download {repo} --repo-type dataset --local-dir ViRL39K`, "
+                        "then `unzip images.zip` inside ViRL39K/, copy that directory here and give its path as the "
+                        "source.") from err
+
+
+def _unzipped(archive: Path) -> Path:
+    """images.zip extracted once into vlrl's cache, keyed by the archive's blob (a new release extracts anew)."""
+    target = vlrl_cache() / "ViRL39K" / archive.resolve().name[:16]
+    if not (target / ".complete").exists():  # absent too after an interrupted extraction, which this redoes
+        with zipfile.ZipFile(archive) as zipped:
+            zipped.extractall(target)  # zipfile drops absolute paths and '..' from member names
+        (target / ".complete").touch()
+    return target
+
+
+def _check_pictures(table: Path, root: Path) -> None:
+    """One look, up front, that the pictures are there: a missing images/ is one clear error, not 39K skips."""
+    import pyarrow.parquet as pq
+
+    try:
+        if "image" not in pq.read_schema(table).names:
+            return  # every row is then a counted missing_image, and the load says so
+        paths = pq.read_table(table, columns=["image"]).column("image").to_pylist()
+    except Exception as err:  # pyarrow's errors for a damaged or truncated file vary
+        raise DataError(f"{table} is not a readable parquet file ({type(err).__name__}: {err}); download it "
+                        "again.") from err
+    listed = (p for value in paths for p in (value if isinstance(value, list) else [value]))
+    first = next((p for p in listed if isinstance(p, str) and p), None)
+    if first is not None and not (root / first).exists():
+        archive = root / "images.zip"
+        fix = (f"unzip images.zip in {root} (`cd {root} && unzip images.zip`)" if archive.exists() else
+               f"download images.zip from the hub repo {VIRL39K_REPO} into {root} and unzip it there")
+        raise DataError(f"ViRL39K's pictures are not in {root} ({first} is missing): {fix}.")

@@ -1,12 +1,15 @@
 """The hold-out split: train and eval rows disjoint by id and by picture, and the check that they stay so.
 
 Nothing trains on an eval item: `split_holdout` drops (and counts) every training row that shares an id or a
-picture with the held-out set, and `check_disjoint` refuses, with a `DataError`, final datasets that overlap.
+picture with the held-out set; `drop_eval_overlap` does the same against a separate eval source (`[eval] source`),
+and also drops a training row asking an eval item's question with its answer; `check_disjoint` refuses, with a
+`DataError`, final datasets that overlap.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 from vlrl.data.report import DataReport
 from vlrl.errors import DataError
@@ -72,6 +75,60 @@ def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | Non
     if isinstance(rows, list):
         return [rows[i] for i in train_idx], [rows[i] for i in held_idx]
     return rows.select(train_idx), rows.select(held_idx)
+
+
+def drop_eval_overlap(train_rows, eval_rows, *, report: DataReport | None = None):
+    """The training rows that share no id, no picture (`image_hash`) and no question-with-answer (`qa_key`) with
+    `eval_rows`, an eval set from another source; the rest are dropped and counted.
+
+    Returns:
+        The kept training rows, of the type of `train_rows`.
+
+    Raises:
+        DataError: every training row overlaps the eval set.
+
+    >>> from vlrl import synthetic
+    >>> items = synthetic.generate(6, image_size=32)
+    >>> copy = dict(items[0], id="elsewhere-7")  # the same item under another source's id
+    >>> len(drop_eval_overlap(items[1:] + [copy], items[:2]))
+    4
+    """
+    eval_ids, eval_images, eval_qa = set(_ids(eval_rows)), set(), set()
+    for row in eval_rows:
+        eval_images |= _row_hashes(row)
+        eval_qa.add(qa_key(row))
+    eval_qa = {key for key in eval_qa if key[0]}  # a question of no letters matches nothing
+    counts = {"train_dropped_same_id": 0, "train_dropped_same_image": 0, "train_dropped_same_question": 0}
+    keep = []
+    for i, (item_id, row) in enumerate(zip(_ids(train_rows), train_rows)):
+        reason = ("train_dropped_same_id" if item_id in eval_ids else
+                  "train_dropped_same_question" if qa_key(row) in eval_qa else
+                  "train_dropped_same_image" if _row_hashes(row) & eval_images else None)
+        if reason:
+            counts[reason] += 1
+        else:
+            keep.append(i)
+    if report is not None:
+        report.eval_source["overlap"] = {"train": len(keep), "eval": len(eval_rows), **counts}
+    if not keep:
+        raise DataError(f"all {len(train_rows)} training items overlap the eval set ({counts}); train on another "
+                        "source than the one [eval] source names.")
+    if isinstance(train_rows, list):
+        return [train_rows[i] for i in keep]
+    return train_rows if len(keep) == len(train_rows) else train_rows.select(keep)
+
+
+def qa_key(row: dict) -> tuple[str, str]:
+    """A row's question and answer, lower case, with only letters and digits: the same item re-typeset matches.
+
+    >>> qa_key({"question": "<image>Find  x.", "answer": "3"}) == qa_key({"question": "find x", "answer": " 3"})
+    True
+    """
+    return _letters_and_digits(row.get("question")), _letters_and_digits(row.get("answer"))
+
+
+def _letters_and_digits(text) -> str:
+    return re.sub(r"[\W_]+", "", str(text or "").replace("<image>", "").lower())
 
 
 def check_disjoint(train_rows, eval_rows) -> None:

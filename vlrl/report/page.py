@@ -69,6 +69,7 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
         name = first.split("=", 1)[1].strip().strip('"') if first else name
     sections = [
         f"<h1>vlrl run: {esc(name)}</h1><p class=meta>{esc(run.path.resolve())}</p>",
+        *[f"<p class=warn><b>{esc(line)}</b></p>" for line in [(data_report or {}).get("trains_on_test_split")] if line],
         f"<p class=verdict>{verdict(c)}</p>",
         "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{file_uri(comparison_png)}">',
         comparison_table(c),
