@@ -26,6 +26,7 @@ from vlrl.report.blocks import (
     table,
     verdict,
 )
+from vlrl.report.episodes import episode_flips, episode_table, episode_verdict
 from vlrl.rundir import RunDir
 
 
@@ -168,6 +169,8 @@ def records_html(records: list[dict], n: int = 8) -> Html:
 def comparison_html(comparison: dict) -> Html:
     """The before/after verdict and table: accuracy and format with 95% Wilson intervals, the exact McNemar test,
     the paired 2x2 table, reward means and the breakdown by metadata (what report.html shows)."""
+    if comparison.get("kind") == "episodes":
+        return _html(f"<p class=verdict>{episode_verdict(comparison)}</p>" + episode_table(comparison))
     return _html(f"<p class=verdict>{verdict(comparison)}</p>" + comparison_table(comparison))
 
 
@@ -176,6 +179,8 @@ def flips_html(run_dir: str | Path | RunDir, limit: int | None = 4) -> Html:
     gold answer and both completions, read from the run directory; at most `limit` per group."""
     run = RunDir(run_dir)
     before, after, comparison = read_evals(run)
+    if comparison.get("kind") == "episodes":  # flipped episodes as filmstrips
+        return _html("".join(episode_flips(comparison, before, after, run, limit)))
     return _html("".join(flips(comparison, before, after, run.eval_images, limit)))
 
 
