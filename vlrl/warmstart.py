@@ -28,6 +28,7 @@ from vlrl.images import image_hash
 DEFAULT_ITEMS = {"tiny": 512, "small": 4096}  # generated items per warm start when [model] warm_start_items = 0
 DEFAULT_STEPS = 150  # `vlrl sft` steps when neither --steps nor [model] warm_start_steps says
 WARM_LR = {"tiny": 3e-3, "small": 1e-3}  # full fine-tuning of a random model: large steps; the wider model, smaller
+EPISODE_BATCH = 8  # turns per warm-start step of an episode run: its contexts are several observations long
 SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
 
 
@@ -130,7 +131,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         key["tasks"] = list(tasks)
     if episodes is not None:
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size,
-               "env": dataclasses.asdict(episodes[0]), "settings": dataclasses.asdict(episodes[1]), "version": 1}
+               "env": dataclasses.asdict(episodes[0]), "settings": dataclasses.asdict(episodes[1]), "version": 2}
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
     if (warm / "config.json").exists():
         return warm
@@ -143,7 +144,8 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
-    sft.sft(base, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size], log=log)
+    sft.sft(base, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size],
+            batch_size=EPISODE_BATCH if episodes is not None else 16, log=log)
     (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
     tiny.replace_dir(tmp, warm)
     return warm

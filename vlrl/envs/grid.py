@@ -11,7 +11,7 @@ episode with reward 1 (success); `max_turns` turns without it end it with 0. The
     difficulty 3: as 2, with walls (the goal always reachable, checked by a breadth-first search)
 
     env = GridEnv(size=4, difficulty=2, max_turns=8)
-    obs = env.reset(seed=3)           # Observation(image=<PIL>, text="You are at row 1, column 0. The goal is ...")
+    obs = env.reset(seed=3)           # Observation(image=<PIL>, text="You (blue) are at row 1, column 0; the goal ...")
     step = env.step("<SOLUTION>right</SOLUTION>")
 
 With `text = False` the observation is the picture alone (image-only mode); the picture always carries the state.
@@ -105,6 +105,10 @@ class GridEnv(Env):
         return {"success": self.agent == self.goal, "return": self.total, "length": self.turns,
                 "invalid_turns": self.invalid_turns, "distance": self.distance()}
 
+    def describe(self) -> str:
+        return ("Walk the blue square to the green square (rows count downwards, columns rightwards). "
+                + super().describe())
+
     def task_info(self) -> dict:
         return {**super().task_info(), "size": self.size, "difficulty": self.difficulty, "max_turns": self.max_turns}
 
@@ -116,8 +120,8 @@ class GridEnv(Env):
     def observe(self) -> Observation:
         text = ""
         if self.text:
-            text = (f"You are the blue square at row {self.agent[0]}, column {self.agent[1]}. The goal is the green "
-                    f"square at row {self.goal[0]}, column {self.goal[1]}. Rows grow downwards, columns rightwards.")
+            text = (f"You (blue) are at row {self.agent[0]}, column {self.agent[1]}; the goal (green) is at row "
+                    f"{self.goal[0]}, column {self.goal[1]}.")
         return Observation(image=self.draw(), text=text)
 
     def draw(self):

@@ -22,8 +22,7 @@ from vlrl.answers import FORMAT
 from vlrl.envs.base import from_data_url, to_data_url
 
 DROPPED = "[earlier image]"  # what an image dropped from the context becomes: the turn keeps its place
-SYSTEM = ("You act in a visual environment, one turn at a time. Each turn shows the current observation; answer with "
-          "your next action.")
+SYSTEM = "You act in a visual environment, one turn at a time: answer each observation with your next action."
 
 
 @dataclass
