@@ -28,6 +28,7 @@ from vlrl.images import image_hash
 DEFAULT_ITEMS = {"tiny": 512, "small": 4096}  # generated items per warm start when [model] warm_start_items = 0
 DEFAULT_STEPS = 150  # `vlrl sft` steps when neither --steps nor [model] warm_start_steps says
 WARM_LR = {"tiny": 3e-3, "small": 1e-3}  # full fine-tuning of a random model: large steps; the wider model, smaller
+FORMAT_START = {"warm_start_steps": 150, "warm_start_items": 512, "image_size": 64}  # the tiny preset's warm start
 EPISODE_BATCH = 8  # turns per warm-start step of an episode run: its contexts are several observations long
 SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
 
@@ -131,20 +132,24 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         key["tasks"] = list(tasks)
     if episodes is not None:
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size,
-               "env": dataclasses.asdict(episodes[0]), "settings": dataclasses.asdict(episodes[1]), "version": 2}
+               "env": dataclasses.asdict(episodes[0]), "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "version": 2}
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
     if (warm / "config.json").exists():
         return warm
     kind = "random-action episode turns" if episodes is not None else "generated items"
     log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
+    start = base
     if episodes is not None:
         from vlrl.episodes.warm import items as episode_items
 
+        # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
+        # steps then teach the action names, where a random model needs hundreds to learn the tags first
+        start = ensure_tiny(cache_root, seed=seed, size=size, log=log, **FORMAT_START)
         chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed)
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
-    sft.sft(base, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size],
+    sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size],
             batch_size=EPISODE_BATCH if episodes is not None else 16, log=log)
     (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
     tiny.replace_dir(tmp, warm)

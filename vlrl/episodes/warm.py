@@ -2,7 +2,8 @@
 model learns to answer each observation with a well-formed action, and no more.
 
 The targets are actions drawn uniformly at random, so the warm-started policy acts validly but blindly: what it gains
-in success afterwards is GSPO's. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each
+in success afterwards is GSPO's. It starts from the tiny preset's own warm start (`vlrl.warmstart.FORMAT_START`),
+which already writes the answer tags, so a few steps teach the action names. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each
 item is the turn's context exactly as a rollout builds it (`vlrl.episodes.context`, the run's caps and image size).
 
     chosen = items(config.env, settings, n=256, seed=0)      # [{"prompt", "images", "target"}, ...]
@@ -18,7 +19,7 @@ from vlrl.episodes.context import assistant_message, cap_context, observation_me
 from vlrl.errors import DataError
 from vlrl.sections import ENV_SEEDS
 
-REASONING = "I choose my next action."
+REASONING = "I act."  # short: fewer tokens for the warm start to teach
 
 
 def items(env_config, settings, *, n: int, seed: int = 0) -> list[dict]:
