@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vlrl import config as cfg
-from vlrl.envs import Env, Observation, Step, make
+from vlrl.envs import Env, make
 from vlrl.envs.grid import GridEnv, shortest_path
 from vlrl.episodes import compare as ecompare
 from vlrl.episodes import context, gspo
@@ -255,3 +255,14 @@ def test_episode_eval_writes_records_and_frames_and_resumes(policy, tmp_path):
     assert again[:2] == records and again[2]["seed"] == 2 and len(path.read_text().splitlines()) == 3
     with pytest.raises(EvalError, match="resume with the same settings"):
         run([3], Settings(max_turns=3, max_new_tokens=6, max_seq_length=4096, temperature=0.0))
+
+
+@pytest.mark.slow
+def test_crafter_tiny_runs_end_to_end(tmp_path):
+    """Once vlrl.envs.crafter and the crafter package are installed (the envs extra), the preset's whole loop runs."""
+    pytest.importorskip("crafter")
+    pytest.importorskip("vlrl.envs.crafter")
+    from vlrl import cli, export
+
+    assert cli.main(["run", "--preset", "crafter-tiny", "--run-dir", str(tmp_path / "crafter")]) == 0
+    assert export.verify_adapter(tmp_path / "crafter" / "adapter")["nonzero_lora_B"] > 0

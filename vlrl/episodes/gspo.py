@@ -117,13 +117,13 @@ def reply_logprobs(policy, processor, samples: list[dict]):
 
 
 def gspo_turn_loss(logp, old_logp, advantage: float, epsilon: float, epsilon_high: float):
-    """GSPO's clipped objective for one sequence (a turn), negated: s = exp(mean(logp - old_logp)).
+    """GSPO's clipped objective for one sequence (a turn), negated, and its ratio s = exp(mean(logp - old_logp)).
 
     >>> import torch
     >>> logp = torch.tensor([-1.0, -2.0], requires_grad=True)
-    >>> loss = gspo_turn_loss(logp, logp.detach(), 0.5, 0.2, 0.2)
-    >>> float(loss), logp.grad is None
-    (-0.5, True)
+    >>> loss, ratio = gspo_turn_loss(logp, logp.detach(), 0.5, 0.2, 0.2)
+    >>> loss.item(), ratio.item()
+    (-0.5, 1.0)
     """
     import torch
 
