@@ -59,7 +59,8 @@ def test_run_report_renders_in_chromium(run_dir):
     assert page["errors"] == [] and page["requests"] == [] and page["broken_images"] == []
     flipped = set(comparison["wrong_to_right"] + comparison["right_to_wrong"] + comparison["format_gained"]
                   + comparison["format_lost"])
-    assert page["images"] == 2 + len(flipped)  # the two plots and one image per flipped item
+    assert page["images"] == 3 + len(flipped)  # the three plots (the run samples: pass@k) and one per flipped item
+    assert "pass@k: sharpening or learning" in page["text"]
     assert all(str(i) in page["text"] for i in flipped)
 
 

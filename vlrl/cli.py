@@ -6,6 +6,7 @@ a preset uses runs/<the config's name>. `--set section.key=value` (repeatable) o
 validated like the file.
 
     vlrl run --preset tiny                                  # -> runs/tiny
+    vlrl run --preset grid-tiny                             # an episode run ([env]): -> runs/grid-tiny
     vlrl run --config my_run.toml --set training.max_steps=20
     vlrl train --config my_run.toml [--resume]              # -> runs/<name>
     vlrl sft --preset tiny                                  # -> runs/tiny/sft, a warm-started checkpoint
@@ -77,12 +78,25 @@ def _activate(config) -> None:
         raise ConfigError(str(err)) from None
 
 
+def _single_turn(config, command: str) -> None:
+    """`vlrl train` and `vlrl eval` run single-turn stages; an episode run's are stages of `vlrl run`."""
+    if config.env.name:
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"vlrl {command} runs single-turn stages, and this run file has [env] name = "
+                          f"{config.env.name!r}; run the episode loop with `vlrl run` (it resumes training from its "
+                          "checkpoints), or call vlrl.episodes.run's stages from Python.")
+
+
 # --- the commands ---------------------------------------------------------------------------------------------
 
 def cmd_run(args) -> int:
     config = _config(args)
     _activate(config)
-    from vlrl.run import run
+    if config.env.name:  # an episode run: [env] names an environment
+        from vlrl.episodes.run import run
+    else:
+        from vlrl.run import run
 
     run(config, _run_dir(args, config).path)
     return 0
@@ -90,6 +104,7 @@ def cmd_run(args) -> int:
 
 def cmd_train(args) -> int:
     config = _config(args, default_preset=None if args.resume else "tiny")
+    _single_turn(config, "train")
     _activate(config)
     from vlrl.run import train_only
 
@@ -139,6 +154,7 @@ def cmd_eval(args) -> int:
     if args.samples < 0:
         raise ConfigError(f"--samples {args.samples} must be 0 (greedy) or a number of draws per item, e.g. 8.")
     config = _config(args, default_preset=None)
+    _single_turn(config, "eval")
     _activate(config)
     from vlrl import evaluate, model, run, warmstart
 

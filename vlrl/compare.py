@@ -146,7 +146,7 @@ def breakdown(before: list[dict], after: list[dict], keys=BREAKDOWN_KEYS) -> dic
 # --- the comparison ----------------------------------------------------------------------------------------------
 
 def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> dict:
-    """Before/after statistics on per-item records, paired by id. The fields used are `id`, `correct`, `format_ok`
+    """Before/after statistics on per-item records, paired by id (episode records: `vlrl.episodes.compare`). The fields used are `id`, `correct`, `format_ok`
     (and, when present, the reward parts, `completion_tokens`, `finish_reason`, `degenerate` and `metadata`).
 
     Args:
@@ -174,6 +174,10 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
     >>> c["table"], round(c["mcnemar_p"], 4)
     ({'both_right': 0, 'wrong_to_right': 10, 'right_to_wrong': 2, 'both_wrong': 2}, 0.0386)
     """
+    from vlrl.episodes import compare as episodes
+
+    if episodes.is_episodes(before) or episodes.is_episodes(after):  # episode records: success and return
+        return episodes.compare(before, after)
     b_by, a_by = by_id(before, "before"), by_id(after, "after")
     paired = [i for i in b_by if i in a_by]
     b_rows, a_rows = [b_by[i] for i in paired], [a_by[i] for i in paired]
@@ -223,6 +227,10 @@ def summary(comparison: dict, alpha: float = 0.05) -> str:
     McNemar exact p = 1 for accuracy: not distinguishable from noise at 0.05; format p = 1
     """
     c = comparison
+    if c.get("kind") == "episodes":
+        from vlrl.episodes.compare import summary as episode_summary
+
+        return episode_summary(c, alpha)
 
     def rate(metric, side):
         low, high = c[f"{metric}_{side}_ci95"]

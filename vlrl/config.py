@@ -46,6 +46,8 @@ def _toml_value(value) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, str)):
         return json.dumps(value)
+    if isinstance(value, dict):  # an inline table: [env] options
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
     return repr(value)
 
 
@@ -59,6 +61,8 @@ def _coerce(where: str, key: str, value, expected: str, example):
         name = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
         raise ConfigError(f"{where} {key} = {value!r} has the wrong type: {key} takes {name}; "
                           f"write it like {key} = {_toml_value(example)}.")
+    if expected == "dict" and not isinstance(value, dict):
+        raise ConfigError(f"{where} {key} = {value!r} must be a table, e.g. {key} = {{size = 4, difficulty = 1}}.")
     if expected == "list[str]" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
         raise ConfigError(f"{where} {key} = {value!r} must be a list of strings, e.g. {key} = [\"lora\"].")
     return value

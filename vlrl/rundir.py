@@ -6,6 +6,7 @@ directory is found the same way everywhere:
     config.toml  data_report.json  eval_before.jsonl  samples_before.jsonl  eval_images/  grpo_config.json
     train_log.jsonl  checkpoints/  eval_after.jsonl  samples_after.jsonl  comparison.json  plots/  report.html
     adapter/  export.json      merged16/  merged4/  gguf/
+    episode_frames/{before,after}/seed-<seed>/t<turn>.png   (an episode run's observations)
 
     >>> run = RunDir("runs/demo")
     >>> run.eval_before.as_posix(), run.export_dir("gguf").as_posix()
@@ -71,6 +72,10 @@ class RunDir:
     @property
     def eval_images(self) -> Path:
         return self.path / "eval_images"
+
+    def episode_frames(self, when: str) -> Path:
+        """An episode run's saved observations of eval_<when>: episode_frames/<when>/seed-<seed>/t<turn>.png."""
+        return self.path / "episode_frames" / when
 
     @property
     def grpo_config(self) -> Path:

@@ -1,4 +1,4 @@
-"""The sections of a run file as dataclasses ([model] [data] [training] [eval] [export]), their defaults, and the
+"""The sections of a run file as dataclasses ([model] [data] [training] [eval] [export] [env]), their defaults, and the
 names each setting may take. Reading a run file is `vlrl.config`; checking one is `vlrl.validation`.
 """
 
@@ -84,6 +84,25 @@ class ExportConfig:
     formats: list[str] = field(default_factory=lambda: ["lora"])
 
 
+# --- [env]: episode runs (vlrl.episodes) ---------------------------------------------------------------------------
+@dataclass
+class EnvConfig:
+    name: str = ""  # "": a single-turn run on [data]; else an environment (grid, crafter) or a `vlrl serve-env` URL
+    options: dict = field(default_factory=dict)  # the environment's own keyword arguments, e.g. {size = 4}
+    max_turns: int = 8  # turns per episode; the environment may end one sooner
+    max_images_per_message: int = 1  # images one observation message keeps (0: text only); the rest dropped, counted
+    max_images_in_context: int = 4  # the newest images a context keeps; older ones dropped, counted
+    image_size: int = 0  # observations resized to this square side for the model; 0: as the environment draws them
+    text: bool = True  # show the environment's state summary (false: image-only)
+    train_seeds: int = 64  # training episodes' seeds: TRAIN_SEED_START + 0..n-1, disjoint from the eval seeds
+    eval_seeds: int = 32  # eval episodes' seeds: 0..n-1, the same before and after training
+    eval_temperature: float = 0.0  # 0: greedy eval episodes; > 0: sampled, seeded (same draws for the same policy)
+    updates_per_rollout: int = 1  # optimizer steps per rollout (1: on-policy, the GSPO ratio is 1)
+
+
+ENV_SEEDS = {"eval": 0, "train": 1_000_000, "warm_start": 2_000_000}  # disjoint seed ranges (counts < 1,000,000)
+
+
 @dataclass
 class RunConfig:
     name: str = "run"
@@ -92,13 +111,14 @@ class RunConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig, "eval": EvalConfig,
-             "export": ExportConfig}
+             "export": ExportConfig, "env": EnvConfig}
 BACKENDS = ("auto", "unsloth", "transformers")
 # The models vlrl builds and warm-starts itself (vlrl.tiny, vlrl.warmstart), by name -> size; tiny-small: the GPU
 # learning demonstration's model.

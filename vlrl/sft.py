@@ -87,13 +87,18 @@ def sft(model_path: str | Path, items: list[dict], output_dir: str | Path, *, ma
 
 
 def _sft_batch(processor, batch: list[dict]):
-    """Tokenizes prompt + worked answer; labels are -100 everywhere but the answer (and its end-of-turn token)."""
-    texts_in = [processor.apply_chat_template(prompts.to_prompt(item)["prompt"], add_generation_prompt=True,
-                                             tokenize=False) for item in batch]
-    texts = [p + sft_target(item) + "<|im_end|>" for p, item in zip(texts_in, batch)]
-    images = [item["image"] for item in batch]
-    inputs = processor(text=texts, images=images, return_tensors="pt", padding=True)
-    prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images)["input_ids"]]
+    """Tokenizes prompt + worked answer; labels are -100 everywhere but the answer (and its end-of-turn token).
+
+    An item is a canonical row (its prompt built by `vlrl.prompts`, its target `sft_target`), or a ready turn of an
+    episode: `prompt` (processor-form messages), `images` (in prompt order) and `target` (the reply)."""
+    texts_in = [processor.apply_chat_template(item["prompt"] if "target" in item else
+                                              prompts.to_prompt(item)["prompt"], add_generation_prompt=True,
+                                              tokenize=False) for item in batch]
+    texts = [p + (item["target"] if "target" in item else sft_target(item)) + "<|im_end|>"
+             for p, item in zip(texts_in, batch)]
+    images = [image for item in batch for image in (item["images"] if "target" in item else [item["image"]])]
+    inputs = processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+    prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images or None)["input_ids"]]
     labels = inputs["input_ids"].clone()
     for row, length in enumerate(prompt_lengths):
         labels[row, :length] = -100

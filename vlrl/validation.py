@@ -134,17 +134,55 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             if task not in ALL_TASKS:
                 add(f"[data] tasks names {task!r}, which vlrl.synthetic does not generate; choose from "
                     f"{', '.join(ALL_TASKS)}.{did_you_mean(task, ALL_TASKS)}")
-    for budget, name in ((t.max_completion_length, "[training] max_completion_length"),
-                         (e.max_new_tokens, "[eval] max_new_tokens")):
+    single_turn = ((t.max_completion_length, "[training] max_completion_length"),
+                   (e.max_new_tokens, "[eval] max_new_tokens"))
+    for budget, name in () if config.env.name else single_turn:  # an episode run has no [data] prompts
         if m.max_seq_length < d.max_prompt_tokens + budget:
             add(f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
                 f"({d.max_prompt_tokens}) + {name} ({budget}); raise max_seq_length to at least "
                 f"{d.max_prompt_tokens + budget} or lower {name.split()[-1]}.")
     problems += _tracker_problems(t.report_to)
+    problems += _env_problems(config)
     unknown = [f for f in config.export.formats if f not in EXPORT_FORMATS]
     if unknown:
         add(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
             f"{', '.join(EXPORT_FORMATS)}.")
+    return problems
+
+
+def _env_problems(config: RunConfig) -> list[str]:
+    """[env]: an episode run's environment, caps and seeds (nothing is imported or contacted: a URL validates
+    offline)."""
+    from vlrl.envs import ENVIRONMENTS
+
+    v = config.env
+    if not v.name:
+        return []
+    problems = []
+    add = problems.append
+    if v.name not in ENVIRONMENTS and not v.name.startswith(("http://", "https://")):
+        add(f"[env] name = {v.name!r} is no environment; choose one of {', '.join(ENVIRONMENTS)}, the URL of a `vlrl "
+            f"serve-env` server (http://127.0.0.1:PORT), or \"\" for a single-turn run.{did_you_mean(v.name, ENVIRONMENTS)}")
+    for key in ("max_turns", "train_seeds", "eval_seeds", "updates_per_rollout"):
+        if getattr(v, key) < 1:
+            add(f"[env] {key} = {getattr(v, key)} must be at least 1.")
+    for key in ("train_seeds", "eval_seeds"):
+        if getattr(v, key) >= 1_000_000:
+            add(f"[env] {key} = {getattr(v, key)} must stay under 1,000,000 so the seed ranges of training, eval and "
+                "warm start stay disjoint.")
+    for key in ("max_images_per_message", "max_images_in_context"):
+        if getattr(v, key) < 0:
+            add(f"[env] {key} = {getattr(v, key)} must be 0 or more (0: no images).")
+    if not v.text and (v.max_images_per_message == 0 or v.max_images_in_context == 0):
+        add("[env] text = false with an image cap of 0 shows the model nothing; allow an image or set text = true.")
+    if v.image_size and v.image_size < 32:
+        add(f"[env] image_size = {v.image_size} is smaller than one merged Qwen-VL patch (32 px); use 0 (as the "
+            "environment draws) or 32 or more.")
+    if not 0 <= v.eval_temperature < 10:
+        add(f"[env] eval_temperature = {v.eval_temperature} must be in [0, 10); 0 is greedy.")
+    if config.training.max_completion_length + 64 > config.model.max_seq_length:
+        add(f"[model] max_seq_length = {config.model.max_seq_length} leaves no room for an episode's context after "
+            f"[training] max_completion_length ({config.training.max_completion_length}) per turn; raise it.")
     return problems
 
 

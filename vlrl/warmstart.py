@@ -15,6 +15,7 @@ One item policy serves every path, so a warm start never trains on what the run 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -27,6 +28,8 @@ from vlrl.images import image_hash
 DEFAULT_ITEMS = {"tiny": 512, "small": 4096}  # generated items per warm start when [model] warm_start_items = 0
 DEFAULT_STEPS = 150  # `vlrl sft` steps when neither --steps nor [model] warm_start_steps says
 WARM_LR = {"tiny": 3e-3, "small": 1e-3}  # full fine-tuning of a random model: large steps; the wider model, smaller
+FORMAT_START = {"warm_start_steps": 150, "warm_start_items": 512, "image_size": 64}  # the tiny preset's warm start
+EPISODE_BATCH = 8  # turns per warm-start step of an episode run: its contexts are several observations long
 SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
 
 
@@ -49,6 +52,11 @@ def items(config: RunConfig, *, exclude_held_out: bool = False) -> list[dict]:
     """The warm start's items for a run (see the module docstring). With `exclude_held_out`, items showing a
     picture of the run's held-out set are dropped (what `vlrl sft` trains on)."""
     d = config.data
+    if config.env.name:  # an episode run: turns of random-action episodes, from seeds no eval episode uses
+        from vlrl.episodes.warm import items as episode_items
+
+        env, rollout = episode_settings(config)
+        return episode_items(env, rollout, n=settings(config)["items"], seed=d.seed)
     if d.source == "synthetic":
         s = settings(config)
         chosen = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
@@ -72,7 +80,7 @@ def _train_and_eval(config: RunConfig):
 def held_out_exclusions(config: RunConfig) -> set[str]:
     """Picture hashes the held-out set must not show: those of the warm start this run gives a local model."""
     m = config.model
-    if m.name_or_path not in LOCAL_MODELS or not m.warm_start_steps:
+    if m.name_or_path not in LOCAL_MODELS or not m.warm_start_steps or config.env.name:
         return set()
     return {image_hash(item["image"]) for item in items(config)}
 
@@ -85,7 +93,17 @@ def model_path(config: RunConfig, log=print) -> str:
     s = settings(config)
     return str(ensure_tiny(seed=s["seed"], warm_start_steps=s["steps"], warm_start_items=s["items"],
                            image_size=s["image_size"], difficulty=s["difficulty"], tasks=s["tasks"], size=s["size"],
-                           log=log))
+                           episodes=episode_settings(config), log=log))
+
+
+def episode_settings(config: RunConfig):
+    """(the run's [env], its rollout settings) for an episode run, whose warm start plays the environment with
+    random actions (`vlrl.episodes.warm`); None for a single-turn run."""
+    if not config.env.name:
+        return None
+    from vlrl.episodes.rollout import settings_for
+
+    return config.env, settings_for(config, "train")
 
 
 def _key(settings: dict) -> str:
@@ -94,7 +112,7 @@ def _key(settings: dict) -> str:
 
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
                 warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
-                size: str = "tiny", log=print) -> Path:
+                size: str = "tiny", episodes=None, log=print) -> Path:
     """The warm-started tiny (or small) model's directory, built and cached on first use.
 
     Args:
@@ -106,6 +124,8 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         difficulty: the generated items' difficulty (`vlrl.synthetic`), the run's own.
         tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
         size: "tiny" or "small" (see `vlrl.tiny.SIZES`).
+        episodes: for an episode run, (its [env], its rollout settings): the items are then turns of random-action
+            episodes (`vlrl.episodes.warm`) instead of generated questions.
     """
     cache_root = Path(cache_dir or cache.cache_dir())
     base = tiny.ensure_base(cache_root, seed=seed, size=size, log=log)
@@ -118,13 +138,27 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         key["difficulty"] = difficulty
     if tasks and tuple(tasks) != synthetic.TASKS:
         key["tasks"] = list(tasks)
+    if episodes is not None:
+        key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size,
+               "env": dataclasses.asdict(episodes[0]), "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "version": 2}
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
     if (warm / "config.json").exists():
         return warm
-    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} generated items -> {warm}")
-    chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
+    kind = "random-action episode turns" if episodes is not None else "generated items"
+    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
+    start = base
+    if episodes is not None:
+        from vlrl.episodes.warm import items as episode_items
+
+        # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
+        # steps then teach the action names, where a random model needs hundreds to learn the tags first
+        start = ensure_tiny(cache_root, seed=seed, size=size, log=log, **FORMAT_START)
+        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed)
+    else:
+        chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
-    sft.sft(base, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size], log=log)
+    sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=WARM_LR[size],
+            batch_size=EPISODE_BATCH if episodes is not None else 16, log=log)
     (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
     tiny.replace_dir(tmp, warm)
     return warm

@@ -4,7 +4,8 @@
 
 The page holds the verdict, the before/after comparison with its statistics, the training curves, every flipped
 item (correctness, then format) with its image, question, gold answer and both completions, the data report and
-the resolved config. Images are embedded as data URIs and a Content-Security-Policy forbids every other source, so
+the resolved config; an episode run's shows success and return with their paired tests and every flipped episode
+as a filmstrip (`vlrl.report.episodes`). Images are embedded as data URIs and a Content-Security-Policy forbids every other source, so
 the file opens offline, from anywhere.
 """
 
@@ -26,6 +27,7 @@ from vlrl.report.blocks import (
     table,
     verdict,
 )
+from vlrl.report.episodes import episode_flips, episode_table, episode_verdict
 from vlrl.report.plots import plot_comparison, plot_pass_at_k, plot_training
 from vlrl.rundir import RunDir
 
@@ -52,6 +54,7 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
     before, after, c = read_evals(run)
     if not run.comparison.exists():
         run.comparison.write_text(json.dumps(c, indent=2))
+    is_episodes = c.get("kind") == "episodes"
     comparison_png = plot_comparison(c, run.plots / "comparison.png")
     training_png = plot_training(read_records(run.train_log), run.plots / "training.png")
     pass_at_k = []
@@ -70,14 +73,15 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
     sections = [
         f"<h1>vlrl run: {esc(name)}</h1><p class=meta>{esc(run.path.resolve())}</p>",
         *[f"<p class=warn><b>{esc(line)}</b></p>" for line in [(data_report or {}).get("trains_on_test_split")] if line],
-        f"<p class=verdict>{verdict(c)}</p>",
+        f"<p class=verdict>{episode_verdict(c) if is_episodes else verdict(c)}</p>",
         "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{file_uri(comparison_png)}">',
-        comparison_table(c),
+        episode_table(c) if is_episodes else comparison_table(c),
         *pass_at_k,
         "<h2>Training curves</h2>",
         (f'<img class=plot alt="training curves" src="{file_uri(training_png)}">' if training_png
          else "<p class=warn>no train_log.jsonl metrics in this run directory</p>"),
-        "<h2>Flipped items</h2>", *flips(c, before, after, run.eval_images),
+        *(["<h2>Flipped episodes</h2>", *episode_flips(c, before, after, run)] if is_episodes else
+          ["<h2>Flipped items</h2>", *flips(c, before, after, run.eval_images)]),
         "<h2>Data</h2>",
         (table(None, [[esc(k), f"<code>{esc(v)}</code>"] for k, v in flatten(data_report)], "small")
          if data_report else "<p class=warn>no data_report.json</p>"),
@@ -91,6 +95,8 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
             + "\n".join(sections) + "\n</body></html>\n")
     run.report.write_text(page, encoding="utf-8")
     if log is not None:
-        log(f"report: {run.report} ({len(page) / 1024:.0f} KiB, {len(c['wrong_to_right']) + len(c['right_to_wrong'])} "
-            "flipped items)")
+        flipped = (c["failure_to_success"] + c["success_to_failure"] if is_episodes
+                   else c["wrong_to_right"] + c["right_to_wrong"])
+        log(f"report: {run.report} ({len(page) / 1024:.0f} KiB, {len(flipped)} flipped "
+            f"{'episodes' if is_episodes else 'items'})")
     return run.report

@@ -22,7 +22,8 @@ def _pyplot():
 
 
 def plot_comparison(comparison: dict, path: str | Path) -> Path:
-    """Accuracy and format compliance before/after as bars with their 95% Wilson intervals; McNemar p in the title.
+    """Accuracy and format compliance before/after as bars with their 95% Wilson intervals; McNemar p in the title
+    (an episode run's comparison: its success rate, with the McNemar and return permutation p).
 
     Args:
         comparison: what `vlrl.compare.compare` returns.
@@ -33,23 +34,27 @@ def plot_comparison(comparison: dict, path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6.4, 3.6), dpi=110)
     width = 0.36
+    episodes = comparison.get("kind") == "episodes"
+    metrics = ("success",) if episodes else ("accuracy", "format")
     for offset, side, color in ((-width / 2, "before", "#9aa5b1"), (width / 2, "after", "#2f6fb0")):
         values, low, high = [], [], []
-        for metric in ("accuracy", "format"):
+        for metric in metrics:
             value = comparison[f"{metric}_{side}"] or 0.0
             lo, hi = comparison[f"{metric}_{side}_ci95"]
             values.append(value)
             low.append(value - lo)
             high.append(hi - value)
-        xs = [i + offset for i in range(2)]
+        xs = [i + offset for i in range(len(metrics))]
         ax.bar(xs, values, width, color=color, label=side, yerr=[low, high], capsize=4, ecolor="#333")
         for x, v, h in zip(xs, values, high):
             ax.text(x + width / 8, v + h + 0.01, f"{v:.0%}", ha="left", va="bottom", fontsize=8)
-    ax.set_xticks([0, 1], ["accuracy", "format compliance"])
+    ax.set_xticks(range(len(metrics)), ["success"] if episodes else ["accuracy", "format compliance"])
     ax.set_ylim(0, 1.1)
-    ax.set_ylabel(f"share of {comparison['n_paired']} paired items")
-    ax.set_title(f"before -> after, 95% Wilson intervals; McNemar exact p = {comparison['mcnemar_p']:.3g} (accuracy), "
-                 f"{comparison['format_mcnemar_p']:.3g} (format)", fontsize=8)
+    ax.set_ylabel(f"share of {comparison['n_paired']} paired {'episodes' if episodes else 'items'}")
+    second = (f"paired permutation p = {comparison['return_permutation_p']:.3g} (return)" if episodes
+              else f"{comparison['format_mcnemar_p']:.3g} (format)")
+    ax.set_title(f"before -> after, 95% Wilson intervals; McNemar exact p = {comparison['mcnemar_p']:.3g} "
+                 f"({metrics[0]}), {second}", fontsize=8)
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

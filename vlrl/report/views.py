@@ -15,6 +15,7 @@ from pathlib import Path
 
 from vlrl import answers, prompts, rewards
 from vlrl.evaluate import question, score
+from vlrl.records import read_records
 from vlrl.report.blocks import (
     STYLE,
     comparison_table,
@@ -28,6 +29,7 @@ from vlrl.report.blocks import (
     table,
     verdict,
 )
+from vlrl.report.episodes import episode_flips, episode_strip, episode_table, episode_verdict
 from vlrl.rundir import RunDir
 
 
@@ -170,6 +172,8 @@ def records_html(records: list[dict], n: int = 8) -> Html:
 def comparison_html(comparison: dict) -> Html:
     """The before/after verdict and table: accuracy and format with 95% Wilson intervals, the exact McNemar test,
     the paired 2x2 table, reward means and the breakdown by metadata (what report.html shows)."""
+    if comparison.get("kind") == "episodes":
+        return _html(f"<p class=verdict>{episode_verdict(comparison)}</p>" + episode_table(comparison))
     return _html(f"<p class=verdict>{verdict(comparison)}</p>" + comparison_table(comparison))
 
 
@@ -185,7 +189,17 @@ def flips_html(run_dir: str | Path | RunDir, limit: int | None = 4) -> Html:
     gold answer and both completions, read from the run directory; at most `limit` per group."""
     run = RunDir(run_dir)
     before, after, comparison = read_evals(run)
+    if comparison.get("kind") == "episodes":  # flipped episodes as filmstrips
+        return _html("".join(episode_flips(comparison, before, after, run, limit)))
     return _html("".join(flips(comparison, before, after, run.eval_images, limit)))
+
+
+def episodes_html(run_dir: str | Path | RunDir, when: str = "before", n: int = 2) -> Html:
+    """The first `n` episodes of eval_<when>.jsonl as filmstrips with their replies, from the run directory."""
+    run = RunDir(run_dir)
+    records = read_records(run.eval_file(f"eval_{when}"))
+    return _html("".join(f"<div class=item><h3>{esc(r['id'])}</h3>"
+                         f"{episode_strip(r, run.episode_frames(when), when)}</div>" for r in records[:n]))
 
 
 def files_html(folder: str | Path, checks: dict | None = None) -> Html:

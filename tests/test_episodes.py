@@ -1,0 +1,268 @@
+"""Episode runs: the grid environment, the conversation and its image caps, the advantages and GSPO's clipped
+objective, the episode comparison; then, on the tiny model (slow), real rollouts (caps, truncation, invalid actions,
+an environment that raises), a real optimizer step, and episode eval records with resume."""
+
+import json
+
+import pytest
+
+from vlrl import config as cfg
+from vlrl.envs import Env, make
+from vlrl.envs.grid import GridEnv, shortest_path
+from vlrl.episodes import compare as ecompare
+from vlrl.episodes import context, gspo
+
+MOVE = "<REASONING>go</REASONING><SOLUTION>{}</SOLUTION>"
+
+
+# --- the grid ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_grid_episode_is_a_function_of_the_seed(difficulty):
+    a, b = GridEnv(size=5, difficulty=difficulty), GridEnv(size=5, difficulty=difficulty)
+    for seed in range(5):
+        first, second = a.reset(seed), b.reset(seed)
+        assert first.text == second.text and first.image.tobytes() == second.image.tobytes()
+        for action in ("right", "down", "left"):
+            x, y = a.step(MOVE.format(action)), b.step(MOVE.format(action))
+            assert (x.reward, x.done, x.info, x.observation.text) == (y.reward, y.done, y.info, y.observation.text)
+            if x.done:
+                break
+
+
+@pytest.mark.parametrize("difficulty", [2, 3])
+def test_grid_is_always_solvable_and_varies_with_the_seed(difficulty):
+    env = GridEnv(size=5, difficulty=difficulty)
+    layouts = {env.layout(seed) for seed in range(60)}
+    assert len(layouts) > 30
+    for agent, goal, walls in layouts:
+        assert agent != goal and agent not in walls and goal not in walls
+        assert shortest_path(5, agent, goal, walls) is not None
+    assert any(walls for _, _, walls in layouts) == (difficulty == 3)
+
+
+def test_grid_rewards_the_goal_counts_invalid_actions_and_caps_turns():
+    env = make("grid", size=3, difficulty=1, max_turns=6)
+    obs = env.reset(0)
+    assert "row 0, column 0" in obs.text and obs.image.size == (64, 64)
+    bump = env.step(MOVE.format("up"))  # into the border: stays
+    assert bump.info["position"] == [0, 0] and bump.reward == 0 and not bump.done
+    invalid = env.step("I would like to fly")
+    assert invalid.info["invalid"] and not invalid.done
+    for action in ("right", "right", "down"):
+        assert not env.step(MOVE.format(action)).done
+    last = env.step(MOVE.format("down"))
+    assert last.done and last.reward == 1.0
+    assert env.metrics() == {"success": True, "return": 1.0, "length": 6, "invalid_turns": 1, "distance": 0}
+    env.reset(0)
+    for _ in range(6):
+        step = env.step(MOVE.format("left"))
+    assert step.done and not env.metrics()["success"]
+    assert GridEnv(text=False).reset(0).text == ""  # image-only mode
+
+
+# --- the conversation ----------------------------------------------------------------------------------------------
+
+def test_messages_follow_the_openai_schema_and_caps_count_every_drop():
+    image = GridEnv().reset(0).image
+    messages, dropped = context.first_message("Actions: up.", "state", [image, image], max_images=1)
+    assert dropped == 1
+    user = messages[1]
+    assert user["content"][0] == {"type": "text", "text": "Actions: up.\n" + context.FORMAT.instruction + "\nstate"}
+    assert user["content"][1]["image_url"]["url"].startswith("data:image/png;base64,")
+    for _ in range(3):
+        messages += [context.assistant_message("x"), context.user_message("s", [image], max_images=1)[0]]
+    capped, dropped = context.cap_context(messages, max_images=2)
+    assert context.count_images(messages) == 4 and context.count_images(capped) == 2 and dropped == 2
+    assert capped[-1] == messages[-1] and capped[1]["content"][1] == {"type": "text", "text": context.DROPPED}
+    qwen, images = context.to_processor(capped)
+    assert len(images) == 2 and images[0].size == (64, 64)
+    assert sum(p["type"] == "image" for m in qwen for p in m["content"]) == 2
+
+
+# --- the objective -------------------------------------------------------------------------------------------------
+
+def test_advantage_is_per_episode_relative_to_its_group():
+    adv = gspo.advantages([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], 4)
+    assert adv[:4] == [0.5, -0.5, 0.5, -0.5] and adv[4:] == [-0.25, -0.25, -0.25, 0.75]
+    scaled = gspo.advantages([1.0, 0.0, 1.0, 0.0], 4, scale=True)
+    assert scaled[0] == pytest.approx(1.0, abs=1e-3)
+    assert gspo.advantages([2.0, 2.0], 2) == [0.0, 0.0]  # one outcome in the group: nothing to learn
+    assert gspo.advantages([1.0, 0.0, 9.0], 3, valid=[True, True, False]) == [0.5, -0.5, None]
+
+
+def test_gspo_clip_stops_the_gradient_outside_the_range():
+    import torch
+
+    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
+    loss, ratio = gspo.gspo_turn_loss(logp, torch.tensor([-1.5, -1.5]), 1.0, 0.2, 0.2)  # ratio e^0.5 > 1.2
+    loss.backward()
+    assert ratio.item() > 1.2 and loss.item() == pytest.approx(-1.2) and logp.grad.abs().sum() == 0
+    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
+    loss, _ = gspo.gspo_turn_loss(logp, logp.detach(), -1.0, 0.2, 0.2)  # on-policy: ratio 1, the gradient is -A/|y|
+    loss.backward()
+    assert logp.grad.tolist() == [0.5, 0.5]
+
+
+def test_step_seeds_make_groups_from_training_seeds_only():
+    c = cfg.preset("grid-tiny")
+    from vlrl.episodes.run import seeds
+
+    train, held = seeds(c, "train"), seeds(c, "eval")
+    assert not set(train) & set(held)
+    chosen = gspo.step_seeds(c, 1, train)
+    assert chosen == [train[0]] * 4 + [train[1]] * 4 and set(gspo.step_seeds(c, 17, train)) <= set(train)
+
+
+# --- the comparison ------------------------------------------------------------------------------------------------
+
+def _episode(seed, success, ret=None):
+    return {"id": f"seed-{seed}", "kind": "episode", "seed": seed, "success": success,
+            "return": float(success) if ret is None else ret, "length": 2, "status": "done", "turns": [{}, {}]}
+
+
+def test_compare_of_episode_records_uses_mcnemar_and_the_paired_permutation(tmp_path):
+    from vlrl import cli
+    from vlrl.compare import compare, summary
+    from vlrl.stats import mcnemar_exact, paired_permutation
+
+    before = [_episode(i, i < 3) for i in range(20)]
+    after = [_episode(i, i < 12 and i != 1) for i in range(20)]
+    c = compare(before, after)
+    assert c["kind"] == "episodes" and c["table"]["failure_to_success"] == 9 and c["success_to_failure"] == ["seed-1"]
+    assert c["mcnemar_p"] == mcnemar_exact(9, 1)
+    assert c["return_permutation_p"] == paired_permutation([a["return"] - b["return"] for b, a in zip(before, after)])
+    assert "McNemar exact p" in summary(c) and "paired permutation p" in summary(c)
+    for name, records in (("b.jsonl", before), ("a.jsonl", after)):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cli.main(["compare", str(tmp_path / "b.jsonl"), str(tmp_path / "a.jsonl"), "--output",
+                     str(tmp_path / "c.json")]) == 0
+    assert json.loads((tmp_path / "c.json").read_text()) == ecompare.compare(before, after)
+
+
+# --- the configuration ---------------------------------------------------------------------------------------------
+
+def test_env_section_validates_every_problem_in_one_pass():
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.from_dict({"env": {"name": "gird", "max_turns": 0, "max_images_in_context": -1, "eval_seeds": 10 ** 6,
+                               "options": "size=4"}})
+    text = str(err.value)
+    for part in ("Did you mean 'grid'", "max_turns = 0", "max_images_in_context = -1", "1,000,000",
+                 "options = 'size=4' must be a table"):
+        assert part in text
+    url = cfg.from_dict({"env": {"name": "http://127.0.0.1:8765"}})  # a served environment validates offline
+    assert url.env.name.startswith("http")
+    for name in ("grid-tiny", "crafter-tiny", "qwen3-vl-2b-crafter", "qwen3-vl-8b-crafter"):
+        assert cfg.preset(name).env.name
+
+
+# --- on the tiny model: real generation, real environment steps, real optimizer steps ----------------------------
+
+class Exploding(Env):
+    """A grid that raises on its second step (an environment server that went away)."""
+
+    name, actions = "exploding", ("up", "down", "left", "right")
+
+    def __init__(self):
+        self.grid, self.turns = GridEnv(size=3), 0
+
+    def reset(self, seed):
+        return self.grid.reset(seed)
+
+    def step(self, reply):
+        self.turns += 1
+        if self.turns == 2:
+            raise ConnectionError("the environment server closed the connection")
+        return self.grid.step(reply)
+
+    def metrics(self):
+        return self.grid.metrics()
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_base_dir):
+    from vlrl import model
+
+    base, processor = model.load_model(str(tiny_base_dir), backend="transformers")
+    return model.add_lora(base, model.LoraSettings(r=8, alpha=16)), processor
+
+
+@pytest.mark.slow
+def test_rollouts_count_drops_truncation_invalid_actions_and_failures(policy):
+    import torch
+
+    from vlrl.episodes.rollout import Settings, play, summary
+
+    model, processor = policy
+    torch.manual_seed(0)
+    settings = Settings(max_turns=3, max_new_tokens=8, max_seq_length=4096, max_images_in_context=1)
+    episodes = play(model, processor, lambda: make("grid", size=3), [0, 0, 1], settings)
+    s = summary(episodes)
+    assert [e.seed for e in episodes] == [0, 0, 1] and all(e.status == "max_turns" for e in episodes)
+    assert s["invalid_actions"] == 9  # a random model names no action: every turn invalid, every episode goes on
+    assert s["dropped_images"] == 3 * 2 and all(len(e.frames) == 4 for e in episodes)
+    # a context budget that the third turn would overflow: the episode ends truncated, before the overflow
+    budget = episodes[0].turns[1]["context_tokens"] + 8
+    short = play(model, processor, lambda: make("grid", size=3), [0],
+                 Settings(max_turns=3, max_new_tokens=8, max_seq_length=budget, max_images_in_context=4))[0]
+    assert short.status == "truncated" and len(short.turns) == 2
+    assert all(t["context_tokens"] + 8 <= budget for t in short.turns)
+    # an environment that raises fails its own episode, with the reason; the others finish
+    mixed = play(model, processor, lambda: Exploding(), [0, 1], settings) + play(
+        model, processor, lambda: make("grid", size=3), [2], settings)
+    assert [e.status for e in mixed] == ["failed", "failed", "max_turns"]
+    assert "ConnectionError" in mixed[0].failure and summary(mixed)["failed"] == 2
+
+
+@pytest.mark.slow
+def test_a_gspo_step_on_episodes_changes_the_lora_weights(policy):
+    import torch
+
+    from vlrl.episodes.rollout import Settings, play
+
+    model, processor = policy
+    torch.manual_seed(1)
+    settings = Settings(max_turns=2, max_new_tokens=6, max_seq_length=4096)
+    episodes = play(model, processor, lambda: make("grid", size=3), [0, 0], settings)
+    samples = gspo.turn_samples(episodes, [1.0, -1.0], processor, settings)
+    assert len(samples) == 4 and {s["advantage"] for s in samples} == {1.0, -1.0}
+    assert all(len(s["images"]) == 1 + (i % 2) for i, s in enumerate(samples))  # each turn's images in its context
+    lora_b = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    result = gspo.update(model, processor, samples, optimizer, recipe="gspo", max_grad_norm=1.0)
+    assert result["grad_norm"] > 0 and result["clip_ratio"] == 0
+    assert any(not torch.equal(p, lora_b[n]) for n, p in model.named_parameters() if "lora_B" in n)
+
+
+@pytest.mark.slow
+def test_episode_eval_writes_records_and_frames_and_resumes(policy, tmp_path):
+    from vlrl.episodes.evaluate import evaluate
+    from vlrl.episodes.rollout import Settings
+    from vlrl.errors import EvalError
+
+    model, processor = policy
+    settings = Settings(max_turns=2, max_new_tokens=6, max_seq_length=4096, temperature=0.0)
+    path, frames = tmp_path / "eval_before.jsonl", tmp_path / "frames"
+    run = lambda seeds, s=settings: evaluate(model, processor, lambda: make("grid", size=3), seeds, path, s,
+                                             env_name="grid", frame_dir=frames, batch_size=2)
+    records = run([0, 1])
+    assert [r["seed"] for r in records] == [0, 1] and all(r["kind"] == "episode" for r in records)
+    first = records[0]
+    assert len(first["turns"]) == 2 and first["frames"] == ["seed-0/t0.png", "seed-0/t1.png", "seed-0/t2.png"]
+    assert all((frames / f).is_file() for f in first["frames"])
+    path.write_text(path.read_text() + '{"id": "seed-2", "kind": "epis')  # an interrupt tore the last line
+    again = run([0, 1, 2])
+    assert again[:2] == records and again[2]["seed"] == 2 and len(path.read_text().splitlines()) == 3
+    with pytest.raises(EvalError, match="resume with the same settings"):
+        run([3], Settings(max_turns=3, max_new_tokens=6, max_seq_length=4096, temperature=0.0))
+
+
+@pytest.mark.slow
+def test_crafter_tiny_runs_end_to_end(tmp_path):
+    """Once vlrl.envs.crafter and the crafter package are installed (the envs extra), the preset's whole loop runs."""
+    pytest.importorskip("crafter")
+    pytest.importorskip("vlrl.envs.crafter")
+    from vlrl import cli, export
+
+    assert cli.main(["run", "--preset", "crafter-tiny", "--run-dir", str(tmp_path / "crafter")]) == 0
+    assert export.verify_adapter(tmp_path / "crafter" / "adapter")["nonzero_lora_B"] > 0

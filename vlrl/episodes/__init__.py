@@ -1,0 +1,10 @@
+"""Episode runs: a model acting in a visual environment over several turns, trained with GSPO on whole episodes.
+
+    context    the conversation in the OpenAI multimodal schema, the image caps, the processor form
+    rollout    multi-turn generation batched across episodes (caps, measured context, counted endings)
+    gspo       GSPO over episodes: one advantage per episode, every assistant turn trained with it
+    warm       the local model's warm start on random-action turns
+    evaluate   one record per episode with its frames, resumable
+    compare    success (exact McNemar) and return (paired permutation) before and after
+    run        the stages and `run()`, which `vlrl run` calls for a run file with an [env] section
+"""

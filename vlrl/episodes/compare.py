@@ -1,0 +1,137 @@
+"""Before/after statistics on episode records: success with Wilson intervals and the exact McNemar test on the
+episodes that flipped, mean return with bootstrap intervals and the paired sign-flip permutation test on per-episode
+return differences, and the abnormal ends of each side. The statistics are `vlrl.stats`'.
+
+    comparison = compare("runs/g/eval_before.jsonl", "runs/g/eval_after.jsonl")
+    print(summary(comparison))
+
+`vlrl.compare.compare` hands episode records here (`is_episodes`), so `vlrl compare A B` takes either kind.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vlrl.errors import EvalError
+from vlrl.records import read_records
+from vlrl.stats import bootstrap_ci, mcnemar_exact, paired_permutation, wilson
+
+REQUIRED = ("id", "seed", "success", "return", "turns")
+
+
+def is_episodes(records) -> bool:
+    """Whether records (a list or a JSONL path) are episode records (`kind: "episode"`)."""
+    records = read_records(records) if isinstance(records, (str, Path)) else records
+    return bool(records) and all(r.get("kind") == "episode" for r in records)
+
+
+def _by_id(records, name: str) -> dict:
+    if isinstance(records, (str, Path)):
+        name, records = str(records), read_records(records)
+    out = {}
+    for index, record in enumerate(records):
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            raise EvalError(f"episode record {index} of {name} has no {', '.join(missing)}; compare needs "
+                            f"{', '.join(REQUIRED)} (vlrl.episodes.evaluate writes them).")
+        if record["id"] in out:
+            raise EvalError(f"{name} has episode {record['id']!r} twice; each seed must appear once per side.")
+        out[record["id"]] = record
+    return out
+
+
+def side_stats(records: list[dict], side: str) -> dict:
+    """One side: success rate (Wilson 95%), mean return (bootstrap 95%), mean length, and the counts of invalid
+    actions, truncated and failed episodes and dropped images.
+
+    >>> s = side_stats([{"success": True, "return": 1.0, "length": 3, "turns": [{}] * 3}], "after")
+    >>> s["success_after"], s["return_mean_after"], s["truncated_after"]
+    (1.0, 1.0, 0)
+    """
+    n = len(records)
+    wins = sum(bool(r["success"]) for r in records)
+    returns = [float(r["return"]) for r in records]
+    return {f"success_{side}": wins / n if n else None, f"success_{side}_ci95": list(wilson(wins, n)),
+            f"return_mean_{side}": sum(returns) / n if n else None,
+            f"return_mean_{side}_ci95": list(bootstrap_ci(returns)) if n else None,
+            f"length_mean_{side}": sum(r.get("length", len(r["turns"])) for r in records) / n if n else None,
+            f"invalid_actions_{side}": sum(r.get("invalid_actions", 0) for r in records),
+            f"turns_{side}": sum(len(r["turns"]) for r in records),
+            f"truncated_{side}": sum(r.get("status") == "truncated" for r in records),
+            f"failed_{side}": sum(r.get("status") == "failed" for r in records),
+            f"dropped_images_{side}": sum(r.get("dropped_images", 0) for r in records)}
+
+
+def compare(before, after) -> dict:
+    """Before/after statistics on episode records (lists or JSONL paths), paired by id (the seed).
+
+    Returns:
+        A JSON-ready dict: `kind` ("episodes"), `n_before`, `n_after`, `n_paired`, `only_before` / `only_after`;
+        per side `success_*` (+ `_ci95`), `return_mean_*` (+ `_ci95`), `length_mean_*`, `invalid_actions_*`,
+        `turns_*`, `truncated_*`, `failed_*`, `dropped_images_*`; `success_delta`, `return_delta`; `table` (the
+        paired 2x2 of success), `mcnemar_p`, `return_permutation_p`, `failure_to_success` / `success_to_failure`
+        (ids of the flipped episodes).
+
+    >>> ep = lambda seed, ok: {"id": f"seed-{seed}", "seed": seed, "success": ok, "return": float(ok), "turns": []}
+    >>> c = compare([ep(i, False) for i in range(10)], [ep(i, i < 8) for i in range(10)])
+    >>> c["table"]["failure_to_success"], round(c["mcnemar_p"], 4), round(c["return_permutation_p"], 4)
+    (8, 0.0078, 0.0078)
+    """
+    b_by, a_by = _by_id(before, "before"), _by_id(after, "after")
+    paired = [i for i in b_by if i in a_by]
+    b_rows, a_rows = [b_by[i] for i in paired], [a_by[i] for i in paired]
+    result = {"kind": "episodes", "n_before": len(b_by), "n_after": len(a_by), "n_paired": len(paired),
+              "only_before": [i for i in b_by if i not in a_by], "only_after": [i for i in a_by if i not in b_by]}
+    result.update(side_stats(b_rows, "before"))
+    result.update(side_stats(a_rows, "after"))
+    result["success_delta"] = result["success_after"] - result["success_before"] if paired else None
+    result["return_delta"] = result["return_mean_after"] - result["return_mean_before"] if paired else None
+    gained = [b["id"] for b, a in zip(b_rows, a_rows) if not b["success"] and a["success"]]
+    lost = [b["id"] for b, a in zip(b_rows, a_rows) if b["success"] and not a["success"]]
+    both = sum(bool(b["success"]) and bool(a["success"]) for b, a in zip(b_rows, a_rows))
+    result["table"] = {"both_success": both, "failure_to_success": len(gained), "success_to_failure": len(lost),
+                       "both_failure": len(paired) - both - len(gained) - len(lost)}
+    result["mcnemar_p"] = mcnemar_exact(len(gained), len(lost))
+    result["return_permutation_p"] = paired_permutation([float(a["return"]) - float(b["return"])
+                                                         for b, a in zip(b_rows, a_rows)])
+    result.update(failure_to_success=gained, success_to_failure=lost)
+    return result
+
+
+def summary(comparison: dict, alpha: float = 0.05) -> str:
+    """A few lines a person can read.
+
+    >>> ep = lambda seed, ok: {"id": f"seed-{seed}", "seed": seed, "success": ok, "return": float(ok), "turns": []}
+    >>> print(summary(compare([ep(i, i < 2) for i in range(20)], [ep(i, i < 12) for i in range(20)])))
+    success 10.0% [2.8%, 30.1%] -> 60.0% [38.7%, 78.1%] on 20 paired episodes (10 failure->success, 0 success->failure)
+    mean return 0.10 [0.00, 0.25] -> 0.60 [0.40, 0.80]
+    McNemar exact p = 0.00195 on success; paired permutation p = 0.00195 on returns: a real change at 0.05
+    """
+    c = comparison
+
+    def rate(side):
+        low, high = c[f"success_{side}_ci95"]
+        return "n/a" if c[f"success_{side}"] is None else f"{c[f'success_{side}']:.1%} [{low:.1%}, {high:.1%}]"
+
+    def mean(side):
+        if c[f"return_mean_{side}"] is None:
+            return "n/a"
+        low, high = c[f"return_mean_{side}_ci95"]
+        return f"{c[f'return_mean_{side}']:.2f} [{low:.2f}, {high:.2f}]"
+
+    real = min(c["mcnemar_p"], c["return_permutation_p"]) < alpha
+    lines = [(f"success {rate('before')} -> {rate('after')} on {c['n_paired']} paired episodes "
+              f"({len(c['failure_to_success'])} failure->success, {len(c['success_to_failure'])} success->failure)"),
+             f"mean return {mean('before')} -> {mean('after')}",
+             (f"McNemar exact p = {c['mcnemar_p']:.3g} on success; paired permutation p = "
+              f"{c['return_permutation_p']:.3g} on returns: "
+              + ("a real change" if real else "not distinguishable from noise") + f" at {alpha:g}")]
+    abnormal = [f"{c[f'{k}_{side}']} {k.replace('_', ' ')} {side}" for k in ("invalid_actions", "truncated", "failed",
+                                                                            "dropped_images")
+                for side in ("before", "after") if c.get(f"{k}_{side}")]
+    if abnormal:
+        lines.append("counted: " + ", ".join(abnormal))
+    if c["only_before"] or c["only_after"]:
+        lines.append(f"unpaired: {len(c['only_before'])} episodes only before, {len(c['only_after'])} only after "
+                     "(left out of the paired statistics)")
+    return "\n".join(lines)

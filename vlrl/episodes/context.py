@@ -1,0 +1,160 @@
+"""An episode's conversation: its messages in the OpenAI multimodal schema, the two image caps, and the form the Qwen
+processor takes.
+
+Every turn's observation is a user message of a `text` part (the state summary) and `image_url` parts (data URLs),
+as a task app or `vlrl serve-env` sends them; the model's replies are assistant messages. Two caps keep a context
+bounded, each dropped image counted:
+
+- `max_images_per_message`: a message keeps its first images (0: text only);
+- `max_images_in_context`: the context keeps the newest images; an older one becomes the text "[earlier image]".
+
+    message, dropped = user_message("You are at row 0.", [image], max_images=1)
+    context, dropped = cap_context(messages, max_images=4)
+    qwen_messages, images = to_processor(context)       # {"type": "image"} parts + the PIL images, in order
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from vlrl.answers import FORMAT
+from vlrl.envs.base import from_data_url, to_data_url
+
+DROPPED = "[earlier image]"  # what an image dropped from the context becomes: the turn keeps its place
+SYSTEM = "You act in a visual environment, one turn at a time: answer each observation with your next action."
+
+
+@dataclass
+class Settings:
+    """How episodes are played: the turn cap, the reply budget and the context budget (tokens, images counted),
+    the decoding temperature (0: greedy), the image caps, the observation size (0: as given) and whether the
+    environment's text summary is shown (False: image-only)."""
+
+    max_turns: int = 8
+    max_new_tokens: int = 40
+    max_seq_length: int = 2048
+    temperature: float = 1.0
+    max_images_per_message: int = 1
+    max_images_in_context: int = 4
+    image_size: int = 0
+    text: bool = True
+
+
+def opening(describe: str, observation, settings: Settings) -> tuple[list[dict], int]:
+    """An episode's first messages from the environment's action description and its first observation, as
+    `settings` shows observations. Returns (messages, images dropped)."""
+    return first_message(describe, observation.text if settings.text else "",
+                         [resize(observation.image, settings.image_size)], max_images=settings.max_images_per_message)
+
+
+def observation_message(observation, settings: Settings) -> tuple[dict, int]:
+    """A later observation as a user message, as `settings` shows observations. Returns (message, images dropped)."""
+    return user_message(observation.text if settings.text else "", [resize(observation.image, settings.image_size)],
+                        max_images=settings.max_images_per_message)
+
+
+def first_message(describe: str, text: str, images, *, max_images: int) -> tuple[list[dict], int]:
+    """The opening messages of an episode: the system turn, then the task (the environment's action description
+    and the answer format) with the first observation. Returns (messages, images dropped by the per-message cap)."""
+    task = f"{describe}\n{FORMAT.instruction}"
+    user, dropped = user_message("\n".join(x for x in (task, text) if x), images, max_images=max_images)
+    return [{"role": "system", "content": [{"type": "text", "text": SYSTEM}]}, user], dropped
+
+
+def user_message(text: str, images, *, max_images: int) -> tuple[dict, int]:
+    """One observation as a user message in the OpenAI multimodal schema, keeping its first `max_images` images.
+    Returns (message, images dropped).
+
+    >>> from PIL import Image
+    >>> message, dropped = user_message("hi", [Image.new("RGB", (4, 4))] * 2, max_images=1)
+    >>> [p["type"] for p in message["content"]], dropped
+    (['text', 'image_url'], 1)
+    """
+    images = [im for im in images if im is not None]
+    kept = images[:max(0, max_images)]
+    content = [{"type": "text", "text": text}] if text else []
+    content += [{"type": "image_url", "image_url": {"url": to_data_url(im)}} for im in kept]
+    return {"role": "user", "content": content}, len(images) - len(kept)
+
+
+def assistant_message(reply: str) -> dict:
+    return {"role": "assistant", "content": [{"type": "text", "text": reply}]}
+
+
+def count_images(messages) -> int:
+    return sum(part.get("type") == "image_url" for m in messages for part in _parts(m))
+
+
+def cap_context(messages, *, max_images: int) -> tuple[list[dict], int]:
+    """The context the model sees: `messages` with only the newest `max_images` images, each older one replaced by
+    the text DROPPED. Returns (context, images dropped).
+
+    >>> from PIL import Image
+    >>> turns = [user_message("t", [Image.new("RGB", (4, 4))], max_images=1)[0] for _ in range(3)]
+    >>> context, dropped = cap_context(turns, max_images=2)
+    >>> [p["type"] for m in context for p in m["content"]], dropped
+    (['text', 'text', 'text', 'image_url', 'text', 'image_url'], 1)
+    """
+    excess = count_images(messages) - max(0, max_images)
+    if excess <= 0:
+        return list(messages), 0
+    out, dropped = [], 0
+    for message in messages:
+        parts = []
+        for part in _parts(message):
+            if part.get("type") == "image_url" and dropped < excess:
+                parts.append({"type": "text", "text": DROPPED})
+                dropped += 1
+            else:
+                parts.append(part)
+        out.append({**message, "content": parts})
+    return out, dropped
+
+
+def to_processor(messages) -> tuple[list[dict], list]:
+    """OpenAI-schema messages -> (messages with `{"type": "image"}` parts, the PIL images in order): what a Qwen-VL
+    processor's chat template and image processor take.
+
+    >>> from PIL import Image
+    >>> msgs, images = to_processor([user_message("look", [Image.new("RGB", (4, 4))], max_images=1)[0]])
+    >>> [p["type"] for p in msgs[0]["content"]], images[0].size
+    (['text', 'image'], (4, 4))
+    """
+    out, images = [], []
+    for message in messages:
+        parts = []
+        for part in _parts(message):
+            if part.get("type") == "image_url":
+                url = part["image_url"]["url"] if isinstance(part.get("image_url"), dict) else part["image_url"]
+                images.append(_decode(url))
+                parts.append({"type": "image"})
+            else:
+                parts.append({"type": "text", "text": part.get("text", "")})
+        out.append({"role": message["role"], "content": parts})
+    return out, images
+
+
+def prompt_text(processor, messages) -> tuple[str, list]:
+    """The chat-template text that asks for the next assistant turn, and its images, for OpenAI-schema messages."""
+    qwen, images = to_processor(messages)
+    return processor.apply_chat_template(qwen, add_generation_prompt=True, tokenize=False), images
+
+
+def resize(image, side: int):
+    """An observation as the model sees it: `side` pixels square (nearest: pixel art stays sharp); 0 keeps it."""
+    from PIL import Image
+
+    if image is None or not side or image.size == (side, side):
+        return image
+    return image.convert("RGB").resize((side, side), Image.NEAREST)
+
+
+@functools.lru_cache(maxsize=512)
+def _decode(url: str):
+    return from_data_url(url)  # contexts repeat an image every turn: decode each once
+
+
+def _parts(message) -> list[dict]:
+    content = message.get("content")
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])

@@ -1,0 +1,107 @@
+"""Evaluation of episodes: the same seeds before and after training, one JSON record per episode appended as it
+goes (an interrupted eval resumes), every observation saved as a PNG beside them.
+
+    records = evaluate(policy, processor, make_env, seeds=range(32), output_path="runs/g/eval_before.jsonl",
+                       settings=settings_for(config, "eval"), frame_dir="runs/g/episode_frames/before")
+
+A record:
+
+    {id: "seed-3", kind: "episode", env, seed, success, return, length, status, failure, invalid_actions,
+     dropped_images, metrics (the environment's own), turns: [{reply, actions, reward, invalid, problem,
+     context_tokens, reply_tokens}], frames: ["seed-3/t0.png", ...] (relative to the frame folder), temperature,
+     max_turns, max_new_tokens}
+
+With `temperature` 0 the episodes are greedy; above 0 they are sampled with a seed fixed per batch, so the same
+policy on the same seeds draws the same episodes. Comparing two evals is `vlrl.episodes.compare`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from vlrl.episodes.rollout import Episode, Settings, play, summary
+from vlrl.errors import EvalError
+from vlrl.records import drop_torn_tail, read_records
+
+SAMPLING_SEED = 7_919  # seeds a sampled eval's draws (with the batch's first seed)
+SETTINGS = ("temperature", "max_turns", "max_new_tokens")  # a resumed eval must match these
+
+
+def to_record(episode: Episode, env_name: str, settings: Settings, frames: list[str]) -> dict:
+    """One episode's record (see the module docstring)."""
+    return {"id": f"seed-{episode.seed}", "kind": "episode", "env": env_name, "seed": episode.seed,
+            "success": bool(episode.success), "return": episode.total_return, "length": len(episode.turns),
+            "status": episode.status, "failure": episode.failure,
+            "invalid_actions": sum(t["invalid"] for t in episode.turns),
+            "dropped_images": episode.dropped_per_message + episode.dropped_from_context,
+            "metrics": episode.metrics, "turns": episode.turns, "frames": frames,
+            **{k: getattr(settings, k) for k in SETTINGS}}
+
+
+def save_frames(episode: Episode, frame_dir: Path) -> list[str]:
+    """The episode's observations as frame_dir/seed-<seed>/t<k>.png (each written whole: a temporary file renamed);
+    returns their paths relative to `frame_dir`."""
+    folder = frame_dir / f"seed-{episode.seed}"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for k, image in enumerate(episode.frames):
+        if image is None:
+            continue
+        path = folder / f"t{k}.png"
+        tmp = path.with_suffix(".tmp")
+        image.save(tmp, format="PNG")
+        tmp.replace(path)
+        names.append(path.relative_to(frame_dir).as_posix())
+    return names
+
+
+def evaluate(model, processor, make_env, seeds, output_path: str | Path, settings: Settings, *, env_name: str,
+             frame_dir: str | Path, batch_size: int = 16, log=None) -> list[dict]:
+    """Plays one episode per seed and appends its record to `output_path`; seeds already there are skipped (an
+    interrupted eval resumes), each batch's records are written in one flushed append.
+
+    Raises:
+        EvalError: a damaged record file, or records there played with other settings (temperature, turn cap,
+            reply budget): two evals must never mix in one file.
+    """
+    import torch
+
+    output_path, frame_dir = Path(output_path), Path(frame_dir)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    seeds = [int(s) for s in seeds]
+    drop_torn_tail(output_path)
+    existing = read_records(output_path)
+    wanted = {k: getattr(settings, k) for k in SETTINGS}
+    for record in existing:
+        found = {k: record.get(k) for k in SETTINGS}
+        if found != wanted:
+            raise EvalError(f"{output_path} holds episodes played with {found}, and this eval asks for {wanted}; "
+                            "resume with the same settings, or write to a new file.")
+    done = {r.get("seed") for r in existing}
+    todo = [s for s in seeds if s not in done]
+    started = time.time()
+    played: list[Episode] = []
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start:start + batch_size]
+        if settings.temperature > 0:
+            torch.manual_seed(SAMPLING_SEED + batch[0])
+        episodes = play(model, processor, make_env, batch, settings)
+        lines = [json.dumps(to_record(e, env_name, settings, save_frames(e, frame_dir))) + "\n" for e in episodes]
+        with output_path.open("a") as f:
+            f.write("".join(lines))
+            f.flush()
+        played += episodes
+    by_seed = {r["seed"]: r for r in read_records(output_path)}
+    records = [by_seed[s] for s in seeds if s in by_seed]
+    if log is not None and records:
+        seconds = time.time() - started
+        s = summary(played) if played else {}
+        per = f" ({seconds / len(played):.2f} s per episode)" if played else ""
+        log(f"eval: {len(todo)} episodes played in {seconds:.1f} s{per}, {len(seeds) - len(todo)} resumed from "
+            f"{output_path.name}; success {sum(r['success'] for r in records) / len(records):.1%}, mean return "
+            f"{sum(r['return'] for r in records) / len(records):.2f}"
+            + (f"; {s['invalid_actions']} invalid actions, {s['truncated']} truncated, {s['failed']} failed, "
+               f"{s['dropped_images']} images dropped" if s else ""))
+    return records

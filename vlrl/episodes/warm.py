@@ -1,0 +1,66 @@
+"""The warm start of an episode run's local model: every turn of random-action episodes as a supervised item, so the
+model learns to answer each observation with a well-formed action, and no more.
+
+The targets are actions drawn uniformly at random, so the warm-started policy acts validly but blindly: what it gains
+in success afterwards is GSPO's. It starts from the tiny preset's own warm start (`vlrl.warmstart.FORMAT_START`),
+which already writes the answer tags, so a few steps teach the action names. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each
+item is the turn's context exactly as a rollout builds it (`vlrl.episodes.context`, the run's caps and image size).
+
+    chosen = items(config.env, settings, n=256, seed=0)      # [{"prompt", "images", "target"}, ...]
+"""
+
+from __future__ import annotations
+
+import random
+
+from vlrl.answers import FORMAT
+from vlrl.envs import make
+from vlrl.episodes.context import assistant_message, cap_context, observation_message, opening, to_processor
+from vlrl.errors import DataError
+from vlrl.sections import ENV_SEEDS
+
+REASONING = "I act."  # short: fewer tokens for the warm start to teach
+
+
+def items(env_config, settings, *, n: int, seed: int = 0) -> list[dict]:
+    """`n` warm-start items from random-action episodes of the run's environment.
+
+    Args:
+        env_config: the run's `[env]` (`vlrl.sections.EnvConfig`).
+        settings: the run's rollout `Settings` (turn cap, image caps, image size, text on or off).
+        n: items wanted.
+        seed: seeds the actions and the episodes' seeds.
+    """
+    rng = random.Random(seed)
+    out: list[dict] = []
+    episode = 0
+    while len(out) < n:
+        env_seed = ENV_SEEDS["warm_start"] + seed * 10_000 + episode
+        episode += 1
+        env = make(env_config.name, **env_config.options)
+        try:
+            out += _episode_items(env, env_seed, settings, rng)
+        except Exception as err:  # noqa: BLE001 - the warm start needs its environment: say which step failed and why
+            raise DataError(f"warm start: environment {env_config.name!r} raised on seed {env_seed}: "
+                            f"{type(err).__name__}: {err}") from None
+        finally:
+            env.close()
+        if episode > 10 * n:
+            raise DataError(f"warm start: {episode} episodes of {env_config.name!r} gave only {len(out)} turns.")
+    return out[:n]
+
+
+def _episode_items(env, env_seed: int, settings, rng: random.Random) -> list[dict]:
+    messages, _ = opening(env.describe(), env.reset(env_seed), settings)
+    found = []
+    for _ in range(settings.max_turns):
+        context, _ = cap_context(messages, max_images=settings.max_images_in_context)
+        prompt, images = to_processor(context)
+        reply = FORMAT.completion(REASONING, rng.choice(env.actions))
+        found.append({"prompt": prompt, "images": images, "target": reply})
+        step = env.step(reply)
+        messages.append(assistant_message(reply))
+        if step.done:
+            break
+        messages.append(observation_message(step.observation, settings)[0])
+    return found

@@ -1,0 +1,97 @@
+"""The report's blocks for an episode run: the verdict (success and return, their paired tests), the statistics
+table, and every flipped episode as a filmstrip of its saved frames with each turn's reply.
+
+    episode_verdict(comparison), episode_table(comparison), episode_flips(comparison, before, after, run)
+
+`vlrl.report.page.render` and the notebook views (`comparison_html`, `flips_html`) use these when the comparison's
+`kind` is "episodes".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vlrl.envs.film import filmstrip
+from vlrl.report.blocks import _ids, esc, image_uri, num, pct, table
+from vlrl.rundir import RunDir
+
+STRIP_MAX_SIDE = 2048  # a filmstrip is wide: embedded up to this width
+
+
+def episode_verdict(c: dict) -> str:
+    """One sentence: success and mean return before and after, the flips, and both paired tests."""
+    real = min(c["mcnemar_p"], c["return_permutation_p"]) < 0.05
+    return (f"Success {pct(c['success_before'])} &rarr; {pct(c['success_after'])} on {c['n_paired']} paired "
+            f"episodes: {len(c['failure_to_success'])} failure&rarr;success, {len(c['success_to_failure'])} "
+            f"success&rarr;failure, McNemar exact p = {num(c['mcnemar_p'])}; mean return "
+            f"{num(c['return_mean_before'])} &rarr; {num(c['return_mean_after'])}, paired permutation p = "
+            f"{num(c['return_permutation_p'])}: "
+            + ("<b>a real change</b> at the 0.05 level." if real else
+               "<b>not distinguishable from noise</b> at the 0.05 level."))
+
+
+def episode_table(c: dict) -> str:
+    """Success (Wilson 95%) and mean return (bootstrap 95%) with their paired tests, the paired 2x2 table of success
+    and the counted abnormal ends of each side."""
+    def cell(key, side, fmt):
+        value, ci = c[f"{key}_{side}"], c.get(f"{key}_{side}_ci95")
+        interval = f" <span class=ci>[{fmt(ci[0])}, {fmt(ci[1])}]</span>" if ci else ""
+        return f"{fmt(value)}{interval}" if value is not None else "n/a"
+
+    def signed(value, fmt):
+        return "n/a" if value is None else ("+" if value >= 0 else "") + fmt(value)
+
+    rows = [["success", cell("success", "before", pct), cell("success", "after", pct),
+             signed(c["success_delta"], pct), f"McNemar exact {num(c['mcnemar_p'])}"],
+            ["mean return", cell("return_mean", "before", num), cell("return_mean", "after", num),
+             signed(c["return_delta"], num), f"paired permutation {num(c['return_permutation_p'])}"]]
+    for key, label in (("length_mean", "turns per episode (mean)"), ("invalid_actions", "invalid actions"),
+                       ("truncated", "truncated (context full)"), ("failed", "failed (environment raised)"),
+                       ("dropped_images", "images dropped (caps)")):
+        rows.append([label, num(c.get(f"{key}_before")), num(c.get(f"{key}_after")), "", ""])
+    t = c["table"]
+    out = [table(["", "before", "after", "change", "paired test p"], rows, "stats"),
+           "<p>Paired 2&times;2 table of success (the McNemar test uses only the discordant cells):</p>",
+           table(["", "success after", "failure after"],
+                 [["<b>success before</b>", str(t["both_success"]), str(t["success_to_failure"])],
+                  ["<b>failure before</b>", str(t["failure_to_success"]), str(t["both_failure"])]], "small")]
+    if c["only_before"] or c["only_after"]:
+        out.append(f'<p class=warn>Unpaired episodes, left out of the statistics: {len(c["only_before"])} only '
+                   f'before{_ids(c["only_before"])}, {len(c["only_after"])} only after{_ids(c["only_after"])}.</p>')
+    return "\n".join(out)
+
+
+def episode_strip(record: dict | None, frame_dir: Path, label: str) -> str:
+    """One episode of one side: its filmstrip (each frame labelled with the turn and its action) and its replies."""
+    if record is None:
+        return f"<div class=side><h4>{label}</h4><p class=warn>no record</p></div>"
+    from PIL import Image
+
+    paths = [frame_dir / name for name in record.get("frames", [])]
+    present = [p for p in paths if p.exists()]
+    names = ["reset"] + [",".join(t.get("actions") or []) or "invalid" for t in record["turns"]]
+    labels = [f"t{k} {names[k] if k < len(names) else ''}" for k in range(len(present))]
+    if present:
+        strip = filmstrip([Image.open(p) for p in present], labels, height=96)
+        picture = f'<img alt="filmstrip of {esc(record["id"])}" src="{image_uri(strip, STRIP_MAX_SIDE)}">'
+    else:
+        picture = "<p class=warn>frames not saved in episode_frames/</p>"
+    outcome = "success" if record["success"] else "failure"
+    replies = "\n".join(f"t{k + 1}: {t.get('reply', '')}" for k, t in enumerate(record["turns"]))
+    return (f'<div class="side {"right" if record["success"] else "wrong"}"><h4>{label}: {outcome}, return '
+            f'{num(record["return"])}, {len(record["turns"])} turns, {esc(record.get("status"))}</h4>{picture}'
+            f'<pre>{esc(replies)}</pre></div>')
+
+
+def episode_flips(c: dict, before: dict, after: dict, run: RunDir, limit: int | None = None) -> list[str]:
+    """Every flipped episode (failure -> success, then success -> failure) as filmstrips, before above after."""
+    out = []
+    for title, ids in (("Failure &rarr; success", c["failure_to_success"]),
+                       ("Success &rarr; failure", c["success_to_failure"])):
+        out.append(f"<h3>{title} ({len(ids)})</h3>")
+        out += [f'<div class=item><h3>{esc(i)}</h3>{episode_strip(before.get(i), run.episode_frames("before"), "before")}'
+                f'{episode_strip(after.get(i), run.episode_frames("after"), "after")}</div>' for i in ids[:limit]] \
+            or ["<p>none</p>"]
+        if limit is not None and len(ids) > limit:
+            out.append(f"<p class=meta>... and {len(ids) - limit} more in report.html</p>")
+    return out
