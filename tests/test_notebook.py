@@ -40,7 +40,7 @@ def test_parameters_cell_defaults_to_the_tiny_preset():
     statements = ast.parse(tagged[0].source).body
     assert all(isinstance(s, ast.Assign) for s in statements)  # plain assignments: papermill overrides each one
     values = {s.targets[0].id: ast.literal_eval(s.value) for s in statements}
-    assert values == {"preset": "tiny", "run_dir": "runs/walkthrough"}
+    assert values == {"preset": "tiny", "run_dir": "runs/walkthrough", "samples": 4}
     from vlrl import config
 
     assert "qwen3-vl-8b-mathvista" in config.presets()  # the preset the parameters cell names for a GPU
@@ -105,18 +105,20 @@ def test_every_cell_ran_without_error(executed):
 @pytest.mark.slow
 def test_run_directory_holds_what_the_stages_promise(executed):
     from vlrl import config, export
-    from vlrl.compare import compare
+    from vlrl.compare import compare, with_samples
     from vlrl.records import image_paths, read_records
 
     _, run_dir = executed
     for name in RUN_FILES:
         assert (run_dir / name).is_file(), name
-    tiny = config.preset("tiny")
+    tiny = config.preset("tiny", overrides=["eval.samples=4"])  # the walkthrough samples 4 draws per item
     assert config.load(run_dir / "config.toml") == tiny
     before = read_records(run_dir / "eval_before.jsonl")
     after = read_records(run_dir / "eval_after.jsonl")
     assert len(before) == len(after) == tiny.data.hold_out
-    assert json.loads((run_dir / "comparison.json").read_text()) == compare(before, after)
+    expected = with_samples(compare(before, after), run_dir / "samples_before.jsonl", run_dir / "samples_after.jsonl")
+    assert json.loads((run_dir / "comparison.json").read_text()) == json.loads(json.dumps(expected))
+    assert expected["pass_at_k"]["k"] == [1, 2, 3, 4]
     steps = {r["step"] for r in read_records(run_dir / "train_log.jsonl") if "reward" in r}
     assert steps == set(range(1, tiny.training.max_steps + 1))
     for record in before:
@@ -141,6 +143,8 @@ def test_stages_show_what_they_did(executed):
     comparison = _outputs(nb, "comparison")
     assert "[image/png]" in comparison and "McNemar exact p" in comparison and "class=ci" in comparison
     flipped = json.loads((run_dir / "comparison.json").read_text())
+    curve = _outputs(nb, "passk-curve")  # the pass@k curves before and after, and the sentence on what they mean
+    assert "[image/png]" in curve and "pass@4" in curve and flipped["pass_at_k"]["meaning"][:40] in curve
     flips = _outputs(nb, "flips")
     assert "Wrong &rarr; right" in flips and "Right &rarr; wrong" in flips
     if flipped["wrong_to_right"] or flipped["right_to_wrong"]:
