@@ -7,6 +7,9 @@ Each stage is one function that reads and writes the run directory (`vlrl.rundir
     checkpoints/  eval_after.jsonl  comparison.json  plots/  report.html  adapter/
 
     run(config.preset("tiny"))                 # -> runs/tiny, the comparison as a dict
+
+Under `accelerate launch` every process runs the same stages: each trains on its share of the prompts and evaluates
+its share of the items, and the main process alone writes the run directory (docs/multi-gpu.md).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from vlrl import compare, data, evaluate, export, model, prompts, report, train, warmstart
+from vlrl import compare, data, distributed, export, model, prompts, report, sharded_eval, train, warmstart
 from vlrl.config import RunConfig
 from vlrl.rundir import RunDir
 
@@ -34,8 +37,9 @@ def start(config: RunConfig, run_dir: str | Path | None = None) -> RunDir:
 
 def load_base(config: RunConfig, log=print):
     """The configured checkpoint and its processor, not yet wrapped (4-bit when [model] load_in_4bit); a local model
-    (`tiny`, `tiny-small`) is built and warm-started in the cache first."""
-    path = warmstart.model_path(config, log)
+    (`tiny`, `tiny-small`) is built and warm-started in the cache first (by the main process, under several)."""
+    with distributed.main_first():
+        path = warmstart.model_path(config, log)
     m = config.model
     base, processor = model.load_model(path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
                                        backend=m.backend)
@@ -73,7 +77,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
-    rows, data_report = data.load_rows(config.data, return_report=True)
+    with distributed.main_first():  # a hub data set is downloaded and cached once
+        rows, data_report = data.load_rows(config.data, return_report=True)
     train_rows, held_out = split(config, rows, data_report)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
@@ -85,7 +90,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
                                                          part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
-        data_report.save(RunDir.of(run).data_report)
+        distributed.on_main(data_report.save, RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
     log(f"data: {len(train_ds)} training items, {len(eval_ds)} held-out items "
         f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
@@ -97,15 +102,16 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
     """Greedy eval of the held-out items into eval_<when>.jsonl ("before" resumes a partial file; "after" always
-    starts over, since records of an earlier adapter must never be scored as this one's)."""
+    starts over, since records of an earlier adapter must never be scored as this one's), sharded over the
+    processes of a launch (`vlrl.sharded_eval`)."""
     run = RunDir.of(run)
     path = run.eval_file(f"eval_{when}")
     if when == "after":
-        path.unlink(missing_ok=True)
+        distributed.on_main(path.unlink, missing_ok=True)
     e = config.eval
-    return evaluate.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
-                             max_new_tokens=e.max_new_tokens, symbolic=config.training.reward == "symbolic",
-                             image_dir=run.eval_images, log=log)
+    return sharded_eval.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
+                                 max_new_tokens=e.max_new_tokens, symbolic=config.training.reward == "symbolic",
+                                 image_dir=run.eval_images, log=log)
 
 
 def compare_run(run: str | Path | RunDir, log=print) -> dict:
@@ -154,11 +160,11 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
     banner("5/6 eval after training", log)
     evaluate_policy(config, policy, processor, eval_ds, rd, "after", log)
-    comparison = compare_run(rd, log)
-    report.render(rd.path, log=log)
+    comparison = distributed.on_main(compare_run, rd, log)
+    distributed.on_main(report.render, rd.path, log=log)
 
     banner("6/6 export the adapter (verified from disk)", log)
-    export_policy(config, policy, processor, rd, log)
+    distributed.on_main(export_policy, config, policy, processor, rd, log)
     log(f"done in {time.time() - started:.0f} s: {rd.path}")
     return comparison
 
@@ -169,7 +175,7 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
     policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
     train_ds, _ = prepare(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
-    export.export_adapter(trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
+    distributed.on_main(export.export_adapter, trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
     return trainer
 
 
