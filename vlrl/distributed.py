@@ -17,6 +17,29 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
+
+ACCELERATE_CONFIGS = ("ddp", "fsdp", "zero3")  # shipped in vlrl/accelerate_configs/, described in docs/multi-gpu.md
+
+
+def accelerate_config(name: str) -> Path:
+    """The path of a shipped `accelerate launch --config_file`: "ddp", "fsdp" or "zero3".
+
+    >>> accelerate_config("ddp").name
+    'ddp.yaml'
+    """
+    if name not in ACCELERATE_CONFIGS:
+        raise ValueError(f"no shipped accelerate config {name!r}; choose one of {', '.join(ACCELERATE_CONFIGS)}.")
+    return Path(__file__).resolve().parent / "accelerate_configs" / f"{name}.yaml"
+
+
+def sharded_launch() -> str | None:
+    """The engine that shards the weights in this launch, "FSDP" or "DeepSpeed" (accelerate launch says so in each
+    process's environment); None for DDP and for one process."""
+    for variable, name in (("ACCELERATE_USE_FSDP", "FSDP"), ("ACCELERATE_USE_DEEPSPEED", "DeepSpeed")):
+        if os.environ.get(variable, "").lower() in ("1", "true"):
+            return name
+    return None
 
 
 def world_size() -> int:
@@ -51,7 +74,12 @@ def _group():
     if not dist.is_initialized():
         from accelerate import PartialState
 
-        PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (as TRL's use_cpu), NCCL on GPUs
+        state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (as TRL's use_cpu), NCCL on GPUs
+        if state.device.type == "cpu" and state.device.index is not None:
+            # accelerate puts process k of a CPU launch on "cpu:k"; transformers passes that to torch.load when it
+            # resumes the optimizer, and torch cannot map storages to "cpu:k" (a 2-process resume failed on it).
+            # One CPU is "cpu" to every process.
+            state.device = torch.device("cpu")
     return dist
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-from vlrl.distributed import world_size
+from vlrl.distributed import sharded_launch, world_size
 from vlrl.errors import ConfigError
 from vlrl.sections import (
     BACKENDS,
@@ -71,6 +71,10 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f'[model] backend = "unsloth" runs in one process, and this launch has {processes}: Unsloth patches '
             'the trainer for one GPU. Use backend = "transformers" (or "auto") under accelerate launch '
             "(docs/multi-gpu.md), or launch one process.")
+    if m.load_in_4bit and sharded_launch():
+        add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
+            "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
+            "(docs/multi-gpu.md).")
     if not 0 <= m.lora_dropout < 1:
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
