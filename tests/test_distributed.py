@@ -1,18 +1,18 @@
 """Past one GPU, proven on CPU: the tiny run under `accelerate launch` with 2 processes (gloo), with vlrl's shipped
-DDP config. Each process trains on its share of the prompts, gradients are averaged, one process writes the run
-directory, evaluation is sharded and gathered in item order, and a killed 2-process run resumes to the adapter of an
-uninterrupted one. Also: the shipped accelerate configs, and the helpers in one process."""
+DDP config. Each process trains on its share of the prompts, gradients are averaged (the weights match a one-process
+run over the same global batch), one process writes the run directory, evaluation is sharded and gathered in item
+order, and a 2-process run resumes from its checkpoint to the adapter of an uninterrupted one. Two launches in all
+(a launch's imports cost more than its steps). Also: the shipped accelerate configs, and the helpers in one
+process."""
 
 import json
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -23,8 +23,8 @@ from vlrl.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Measured on the 2-core CPU machine: 2.7e-8 (the LoRA weights are about 0.1). Not 0: one process sums a batch of 16
-# in one forward, two processes sum 8 each and average the two gradients, and their batches pad to other lengths,
+# Measured on the 2-core CPU machine: 3.1e-8 (the LoRA weights are about 0.1). Not 0: one process sums a batch of 8
+# in one forward, two processes sum 4 each and average the two gradients, and their batches pad to other lengths,
 # so the float32 sums round differently. Adam then scales every update to about the learning rate (2e-3), so a
 # rounding difference stays a rounding difference unless a gradient element is itself at rounding level.
 ONE_VS_TWO_TOLERANCE = 1e-6
@@ -47,42 +47,21 @@ def finish(process: subprocess.Popen, output: Path) -> None:
     assert process.wait(timeout=600) == 0, output.read_text()[-4000:]
 
 
-def kill_all(process: subprocess.Popen) -> None:
-    """SIGKILL to the launcher and every process under it (torchrun starts each worker in its own session)."""
-    family = [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]
-    for member in family:
-        member.send_signal(signal.SIGKILL)
-    process.wait()
+# small: 2 steps of 2 prompts x 4 completions of 16 tokens; 16 held-out items in batches of 4, so each process
+# generates two batches of each eval
+SMALL = ["training.max_steps=2", "training.save_steps=1", "training.per_device_train_batch_size=4",
+         "training.max_completion_length=16", "data.hold_out=16", "eval.batch_size=4", "eval.max_new_tokens=16"]
 
 
-@pytest.mark.slow
-def test_two_processes_take_their_share_of_the_prompts_and_match_one_process(tiny_dir, tmp_path):
-    """Two processes x 8 completions against one process x 16: the same global batch, 2 optimizer steps.
-
-    Sampling cannot be compared across process counts (TRL seeds each process differently), so the rollouts are
-    fixed, each prompt's group a function of the prompt alone (tests/fixed_rollouts.py). Everything DDP changes is
-    real: which process gets which prompts, the group advantages over rewards gathered from both, the loss
-    normalization, the gradient all-reduce, clipping and Adam. After the steps both processes hold the same LoRA
-    weights (exactly: DDP averages the gradients and both apply the same update), and one process over the whole
-    batch gets the same weights up to float32 rounding.
-    """
-    import fixed_rollouts
-
-    out = tmp_path / "two"
-    out.mkdir()
-    finish(launch(str(ROOT / "tests" / "fixed_rollouts.py"), str(out), "8", "2", output=tmp_path / "log"),
-           tmp_path / "log")
-    rank0, rank1 = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
-    assert rank0.keys() == rank1.keys() and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
-    assert all(torch.count_nonzero(v) for k, v in rank0.items() if "lora_B" in k), "the steps did not train"
-
-    one, seen = fixed_rollouts.train_steps(tmp_path / "one", per_device=16, steps=2)
-    difference = max((one[k] - rank0[k]).abs().max().item() for k in one)
-    print(f"one vs two processes: max |LoRA difference| = {difference:.3g} over {len(one)} tensors")
-    assert difference <= ONE_VS_TWO_TOLERANCE, difference
-    # each step's 4 prompts: the first 2 went to process 0, the other 2 to process 1
-    shares = [json.loads((out / f"rank{k}.json").read_text()) for k in (0, 1)]
-    assert seen == shares[0][:2] + shares[1][:2] + shares[0][2:] + shares[1][2:]
+@pytest.fixture(scope="module")
+def two_process_run(tiny_dir, tmp_path_factory) -> Path:
+    """`vlrl run` of the small tiny run in 2 processes (`accelerate launch`, the shipped DDP config)."""
+    out = tmp_path_factory.mktemp("two") / "run"
+    run_file = out.with_name("run.toml")
+    run_file.write_text(cfg.to_toml(cfg.preset("tiny", overrides=SMALL, num_processes=2)))
+    finish(launch("-m", "vlrl", "run", "--config", str(run_file), "--run-dir", str(out),
+                  output=out.with_name("log")), out.with_name("log"))
+    return out
 
 
 def _files(run_dir: Path) -> list[str]:
@@ -90,43 +69,68 @@ def _files(run_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_killed_two_process_run_resumes_to_the_uninterrupted_adapter_and_one_process_wrote_it(tiny_dir, tmp_path):
-    """Three launches: `vlrl train` uninterrupted; `vlrl run` killed (SIGKILL, every process) once checkpoint-1 is
-    complete; the same `vlrl run` again, which resumes. The resumed run ends with the uninterrupted adapter, and its
-    directory is a one-process run's: the same files, each log line once, the eval file a one-process eval's."""
-    config = cfg.preset("tiny", overrides=["training.max_steps=2", "training.save_steps=1"])
-    run_file = tmp_path / "run.toml"
-    run_file.write_text(cfg.to_toml(config))
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    finish(launch("-m", "vlrl", "train", "--config", str(run_file), "--run-dir", str(whole),
-                  output=tmp_path / "whole.log"), tmp_path / "whole.log")
+def test_two_process_run_writes_the_run_directory_of_a_one_process_run(two_process_run, tmp_path):
+    """One process wrote: the files of a one-process run, each log line once, and the sharded eval's file is a
+    one-process eval's, line for line (greedy decoding, the same batches: `vlrl.sharded_eval`)."""
+    assert _files(two_process_run) == [
+        "adapter", "checkpoints", "comparison.json", "config.toml", "data_report.json", "eval_after.jsonl",
+        "eval_before.jsonl", "eval_images", "grpo_config.json", "plots", "report.html", "train_log.jsonl"]
+    log = [json.loads(line) for line in (two_process_run / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if "reward" in r] == [1, 2]
+    assert (two_process_run / "checkpoints" / "checkpoint-2" / "rng_state_1.pth").exists()  # each process's RNG
+    config = cfg.load(two_process_run / "config.toml")
+    with _threads(1):  # as each launched process
+        policy, processor = run.load_policy(config, log=lambda *_: None)
+        _, eval_ds = run.prepare(config, processor, log=lambda *_: None)
+        run.evaluate_policy(config, policy, processor, eval_ds, tmp_path, "before", log=lambda *_: None)
+    assert (two_process_run / "eval_before.jsonl").read_text() == (tmp_path / "eval_before.jsonl").read_text()
 
-    command = ("-m", "vlrl", "run", "--config", str(run_file), "--run-dir", str(killed))
-    process = launch(*command, output=tmp_path / "killed.log")
-    done = killed / "checkpoints" / "checkpoint-1" / "trainer_state.json"
-    while not done.exists() and process.poll() is None:
-        time.sleep(0.05)
-    kill_all(process)
-    assert not (killed / "checkpoints" / "checkpoint-2").exists(), "the run finished before it could be killed"
-    finish(launch(*command, output=tmp_path / "resumed.log"), tmp_path / "resumed.log")
 
-    a, b = (load_file(str(d / "adapter" / "adapter_model.safetensors")) for d in (whole, killed))
+@pytest.mark.slow
+def test_two_processes_match_one_process_and_resume_to_the_same_adapter(two_process_run, tmp_path):
+    """One launch of tests/two_process_worker.py, then the same steps in this process.
+
+    1. Two processes x 4 completions against one process x 8: the same global batch (2 prompts x 4 completions),
+       2 optimizer steps. Sampling cannot be compared across process counts (TRL seeds each process differently),
+       so the rollouts are fixed, each prompt's group a function of the prompt alone. Everything DDP changes is
+       real: which process gets which prompts, the group advantages over rewards gathered from both, the loss
+       normalization, the gradient all-reduce, clipping and Adam. Both processes end with the same LoRA weights
+       (exactly: DDP averages the gradients and both apply the same update); one process over the whole batch
+       gets them up to float32 rounding.
+    2. `vlrl train --resume` in the same 2 processes, of the 2-process run as a kill right after checkpoint-1 leaves
+       it (its directory without what came later; tests/test_train.py kills a one-process run for real, and a
+       third launch here would cost the suite half a minute), ends with the uninterrupted run's adapter: each
+       process's optimizer and RNG state is restored by its own rank.
+    """
+    import two_process_worker
+
+    resumed = tmp_path / "resumed"
+    shutil.copytree(two_process_run, resumed, ignore=shutil.ignore_patterns(
+        "checkpoint-2", "adapter", "eval_after.jsonl", "comparison.json", "report.html", "plots"))
+    out = tmp_path / "two"
+    out.mkdir()
+    finish(launch(str(ROOT / "tests" / "two_process_worker.py"), str(out), "4", "2", str(resumed),
+                  output=tmp_path / "log"), tmp_path / "log")
+
+    rank0, rank1 = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
+    assert rank0.keys() == rank1.keys() and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    assert all(torch.count_nonzero(v) for k, v in rank0.items() if "lora_B" in k), "the steps did not train"
+    one, seen = two_process_worker.train_steps(tmp_path / "one", per_device=8, steps=2)
+    difference = max((one[k] - rank0[k]).abs().max().item() for k in one)
+    print(f"one vs two processes: max |LoRA difference| = {difference:.3g} over {len(one)} tensors")
+    assert difference <= ONE_VS_TWO_TOLERANCE, difference
+    # each step's 2 prompts: the first went to process 0, the other to process 1
+    shares = [json.loads((out / f"rank{k}.json").read_text()) for k in (0, 1)]
+    assert seen == [shares[0][0], shares[1][0], shares[0][1], shares[1][1]]
+
+    a, b = (load_file(str(d / "adapter" / "adapter_model.safetensors")) for d in (two_process_run, resumed))
     difference = max((a[k] - b[k]).abs().max().item() for k in a)
     print(f"2-process resume: max |adapter difference| = {difference:.3g} over {len(a)} tensors")
     assert a.keys() == b.keys() and difference <= RESUME_TOLERANCE, difference
-    logs = [[json.loads(line) for line in (d / "train_log.jsonl").read_text().splitlines()] for d in (whole, killed)]
-    assert [[r["step"] for r in log if "reward" in r] for log in logs] == [[1, 2], [1, 2]]  # each step once
+    logs = [[json.loads(line) for line in (d / "train_log.jsonl").read_text().splitlines()]
+            for d in (two_process_run, resumed)]
+    assert [r["step"] for r in logs[1] if "reward" in r] == [1, 2]  # cut back to checkpoint-1, then step 2 once
     assert [r["loss"] for r in logs[1] if "reward" in r] == pytest.approx([r["loss"] for r in logs[0] if "reward" in r])
-
-    assert _files(killed) == ["adapter", "checkpoints", "comparison.json", "config.toml", "data_report.json",
-                              "eval_after.jsonl", "eval_before.jsonl", "eval_images", "grpo_config.json", "plots",
-                              "report.html", "train_log.jsonl"]
-    assert (killed / "checkpoints" / "checkpoint-2" / "rng_state_1.pth").exists()  # each process's RNG, to resume
-    with _threads(1):  # as the launched processes: the sharded eval's file is a one-process eval's, line for line
-        policy, processor = run.load_policy(config, log=lambda *_: None)
-        _, eval_ds = run.prepare(config, processor, log=lambda *_: None)
-        run.evaluate_policy(config, policy, processor, eval_ds, tmp_path / "one", "before", log=lambda *_: None)
-    assert (killed / "eval_before.jsonl").read_text() == (tmp_path / "one" / "eval_before.jsonl").read_text()
 
 
 class _threads:

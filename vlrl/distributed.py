@@ -74,12 +74,7 @@ def _group():
     if not dist.is_initialized():
         from accelerate import PartialState
 
-        state = PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (as TRL's use_cpu), NCCL on GPUs
-        if state.device.type == "cpu" and state.device.index is not None:
-            # accelerate puts process k of a CPU launch on "cpu:k"; transformers passes that to torch.load when it
-            # resumes the optimizer, and torch cannot map storages to "cpu:k" (a 2-process resume failed on it).
-            # One CPU is "cpu" to every process.
-            state.device = torch.device("cpu")
+        PartialState(cpu=not torch.cuda.is_available())  # gloo on CPU (as TRL's use_cpu), NCCL on GPUs
     return dist
 
 

@@ -30,7 +30,7 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 
     run, t = RunDir.of(run), config.training
     rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
-    return gspo_config(
+    args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, num_generations=t.num_generations,
@@ -38,6 +38,14 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
         temperature=t.temperature, logging_steps=t.logging_steps, save_strategy="steps", save_steps=t.save_steps,
         seed=t.seed, data_seed=t.seed, report_to=t.report_to, project="vlrl", run_name=run.path.name, **rollout,
     )
+    if args.device.type == "cpu" and args.device.index is not None:
+        # Under several CPU processes accelerate puts process k on "cpu:k", which transformers passes to torch.load
+        # when it resumes the optimizer, and torch cannot map storages to "cpu:k" (a 2-process resume failed on it).
+        # One CPU is "cpu" to every process: the cached device is set so.
+        import torch
+
+        args.__dict__["_setup_devices"] = torch.device("cpu")
+    return args
 
 
 def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,

@@ -1,7 +1,10 @@
-"""GSPO steps on the tiny model over fixed rollouts, in one process or under `accelerate launch`, for
-tests/test_distributed.py: the trainer is vlrl's (`vlrl.train.build_trainer`), only the rollouts are fixed.
+"""The library side of tests/test_distributed.py, run in one process or under `accelerate launch`: GSPO steps on
+the tiny model over fixed rollouts (the trainer is vlrl's, `vlrl.train.build_trainer`; only the rollouts are fixed),
+then, when given a run directory, `vlrl train --resume` of it in the same processes (one launch instead of two: the
+imports of a launch cost more than its steps).
 
-    accelerate launch --config_file vlrl/accelerate_configs/ddp.yaml tests/fixed_rollouts.py OUT PER_DEVICE STEPS
+    accelerate launch --config_file vlrl/accelerate_configs/ddp.yaml tests/two_process_worker.py OUT PER_DEVICE STEPS \
+        [RUN_DIR_TO_RESUME]
 
 Each process writes OUT/rank<k>.safetensors (its LoRA weights after the steps) and OUT/rank<k>.json (the prompts it
 generated for). Why fixed: TRL seeds every process differently (`set_seed(seed, device_specific=True)`), so sampled
@@ -26,7 +29,8 @@ CANNED = ("<REASONING>I count the marks one by one.</REASONING><SOLUTION>3</SOLU
 
 def fixed_rollouts(trainer, processor, seen: list) -> None:
     """Replaces the trainer's generation: the j-th copy of a prompt in a batch gets CANNED[(hash + j) % 4], the same
-    in any process, whatever the batch holds besides."""
+    in any process, whatever the batch holds besides (two items with the same prompt text, whose images give the
+    same placeholder tokens, count on from 4 to 7: the same answers, as a group is 4 copies)."""
     tokenizer = processor.tokenizer
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     canned = [tokenizer.encode(text, add_special_tokens=False) + [end] for text in CANNED]
@@ -67,8 +71,11 @@ if __name__ == "__main__":
     from safetensors.torch import save_file
 
     from vlrl import distributed
+    from vlrl.cli import main
 
     out, per_device, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     weights, seen = train_steps(out / "run", per_device, steps)
     save_file(weights, str(out / f"rank{distributed.rank()}.safetensors"))
     (out / f"rank{distributed.rank()}.json").write_text(json.dumps(seen))
+    if len(sys.argv) > 4:
+        sys.exit(main(["train", "--run-dir", sys.argv[4], "--resume"]))
