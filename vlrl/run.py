@@ -38,6 +38,8 @@ def start(config: RunConfig, run_dir: str | Path | None = None) -> RunDir:
 def load_base(config: RunConfig, log=print):
     """The configured checkpoint and its processor, not yet wrapped (4-bit when [model] load_in_4bit); a local model
     (`tiny`, `tiny-small`) is built and warm-started in the cache first (by the main process, under several)."""
+    # under several processes this also starts the process group, which puts each process on its own GPU before the
+    # model loads there
     with distributed.main_first():
         path = warmstart.model_path(config, log)
     m = config.model
