@@ -63,7 +63,7 @@ def is_main() -> bool:
 def print_main(*args, **kwargs) -> None:
     """`print` on the main process only: the other processes run the same stages and would repeat every line."""
     if is_main():
-        print(*args, **kwargs, flush=True)
+        print(*args, **{"flush": True, **kwargs})
 
 
 def _group():
