@@ -13,17 +13,18 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from vlrl import rewards
+from vlrl import distributed, rewards
 
 
 class JsonlLogger(TrainerCallback):
-    """Appends each logged metrics dict (with its step) to a JSONL file, flushed at once so nothing is lost."""
+    """Appends each logged metrics dict (with its step) to a JSONL file, flushed at once so nothing is lost. Under
+    several processes the main one writes it: every process logs the same (gathered) metrics."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs:
+        if not logs or not state.is_world_process_zero:
             return
         record = {"step": state.global_step, **{k: _jsonable(v) for k, v in logs.items()}}
         with self.path.open("a") as f:
@@ -49,6 +50,8 @@ class DegenerationMonitor(TrainerCallback):
       or counted here from the completion lengths when the trainer does not report it).
 
     With `stop_at` > 0 it stops training (after saving a checkpoint) once `degeneration/rate` reaches `stop_at`.
+    Under several processes each sees its own share of the completions; the counts are summed over the processes
+    at each log, so every process logs the same numbers and stops at the same step.
     The completions reach it through `watch(reward_func)`, a pass-through wrapper: both TRL's and Unsloth's
     trainers hand every completion to the reward functions, so this needs nothing from either trainer's internals.
 
@@ -90,6 +93,10 @@ class DegenerationMonitor(TrainerCallback):
 
         return watched
 
+    def _sum_over_processes(self) -> None:
+        counts = [self.seen, self.degenerate, self.lengths_seen, self.clipped, self.ratio_sum]
+        self.seen, self.degenerate, self.lengths_seen, self.clipped, self.ratio_sum = distributed.all_sum(counts)
+
     def summary(self) -> dict:
         if not self.seen:
             return {}
@@ -99,7 +106,10 @@ class DegenerationMonitor(TrainerCallback):
         return out
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is None or not self.seen:
+        if logs is None:
+            return
+        self._sum_over_processes()  # every process logs at the same steps, so each takes part in the sum
+        if not self.seen:
             return  # nothing generated since the last log (e.g. the end-of-training summary)
         summary = self.summary()
         if "completions/clipped_ratio" in logs:  # the trainer's own count (EOS-aware) wins over the length count

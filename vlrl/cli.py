@@ -93,12 +93,14 @@ def _single_turn(config, command: str) -> None:
 def cmd_run(args) -> int:
     config = _config(args)
     _activate(config)
+    from vlrl.distributed import print_main
+
     if config.env.name:  # an episode run: [env] names an environment
         from vlrl.episodes.run import run
     else:
         from vlrl.run import run
 
-    run(config, _run_dir(args, config).path)
+    run(config, _run_dir(args, config).path, log=print_main)
     return 0
 
 
@@ -106,9 +108,10 @@ def cmd_train(args) -> int:
     config = _config(args, default_preset=None if args.resume else "tiny")
     _single_turn(config, "train")
     _activate(config)
+    from vlrl.distributed import print_main
     from vlrl.run import train_only
 
-    train_only(config, _run_dir(args, config).path, resume=args.resume)
+    train_only(config, _run_dir(args, config).path, resume=args.resume, log=print_main)
     return 0
 
 
@@ -123,10 +126,10 @@ def cmd_sft(args) -> int:
 
 def cmd_validate(args) -> int:
     from vlrl import config as cfg
-    from vlrl.validation import num_processes
+    from vlrl.distributed import world_size
 
     config = cfg.resolve(config=args.target, overrides=args.set or (), num_processes=args.processes)
-    print(f"{args.target}: ok (run {config.name!r}, {args.processes or num_processes()} process(es))")
+    print(f"{args.target}: ok (run {config.name!r}, {args.processes or world_size()} process(es))")
     return 0
 
 
@@ -156,13 +159,14 @@ def cmd_eval(args) -> int:
     config = _config(args, default_preset=None)
     _single_turn(config, "eval")
     _activate(config)
-    from vlrl import evaluate, model, run, warmstart
+    from vlrl import distributed, model, run, sharded_eval, warmstart
 
     rd = _run_dir(args, config)
     if args.adapter:
         model.require_adapter(args.adapter)
-    policy, processor = model.load_model(args.model or warmstart.model_path(config),
-                                         load_in_4bit=config.model.load_in_4bit,
+    with distributed.main_first():
+        path = args.model or warmstart.model_path(config, log=distributed.print_main)
+    policy, processor = model.load_model(path, load_in_4bit=config.model.load_in_4bit,
                                          max_seq_length=config.model.max_seq_length, backend=config.model.backend)
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
@@ -170,12 +174,13 @@ def cmd_eval(args) -> int:
     name = ("eval_adapter" if args.adapter else "eval_base") + (f"_samples{args.samples}" if args.samples else "")
     output = args.output or rd.eval_file(name)
     e = config.eval
-    records = evaluate.evaluate(policy, processor, eval_ds, output, batch_size=args.batch_size or e.batch_size,
-                                max_new_tokens=args.max_new_tokens or e.max_new_tokens, samples=args.samples,
-                                temperature=e.temperature if args.temperature is None else args.temperature,
-                                seed=e.seed if args.seed is None else args.seed,
-                                symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images, log=print)
-    print(f"{len(records)} records -> {output}")
+    records = sharded_eval.evaluate(policy, processor, eval_ds, output, batch_size=args.batch_size or e.batch_size,
+                                    max_new_tokens=args.max_new_tokens or e.max_new_tokens, samples=args.samples,
+                                    temperature=e.temperature if args.temperature is None else args.temperature,
+                                    seed=e.seed if args.seed is None else args.seed,
+                                    symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images,
+                                    log=distributed.print_main)
+    distributed.print_main(f"{len(records)} records -> {output}")
     return 0
 
 
@@ -430,11 +435,24 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+LAUNCHED = ("run", "train", "eval", "validate")  # the commands that run under accelerate launch (docs/multi-gpu.md)
+
+
+def _one_process_only(command: str) -> None:
+    from vlrl.distributed import world_size
+    from vlrl.errors import ConfigError
+
+    if command not in LAUNCHED and world_size() > 1:
+        raise ConfigError(f"vlrl {command} runs in one process, and this launch has {world_size()}; run it without "
+                          f"accelerate launch (only {', '.join(LAUNCHED)} use several processes).")
+
+
 def main(argv: list[str] | None = None) -> int:
     from vlrl.errors import VlrlError
 
     args = parser().parse_args(argv)
     try:
+        _one_process_only(args.command)
         return args.func(args)
     except VlrlError as err:
         print(f"vlrl {args.command}: {err}", file=sys.stderr)

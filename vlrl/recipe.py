@@ -106,6 +106,9 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         bf16=cuda and torch.cuda.is_bf16_supported(),
         fp16=False,
         gradient_checkpointing=cuda,  # saves activation memory on GPU; on CPU (tiny model) it only costs time
+        # DDP (several processes): every LoRA weight takes part in each forward, so DDP need not search the graph for
+        # unused ones each step (transformers' default without gradient checkpointing searches, and warns)
+        ddp_find_unused_parameters=False,
         use_cpu=not cuda,
         **RECIPES[recipe],
     )

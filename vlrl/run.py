@@ -7,6 +7,9 @@ Each stage is one function that reads and writes the run directory (`vlrl.rundir
     checkpoints/  eval_after.jsonl  comparison.json  plots/  report.html  adapter/
 
     run(config.preset("tiny"))                 # -> runs/tiny, the comparison as a dict
+
+Under `accelerate launch` every process runs the same stages: each trains on its share of the prompts and evaluates
+its share of the items, and the main process alone writes the run directory (docs/multi-gpu.md).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import json
 import time
 from pathlib import Path
 
-from vlrl import compare, data, evaluate, export, model, prompts, report, train, warmstart
+from vlrl import compare, data, distributed, export, model, prompts, report, sharded_eval, train, warmstart
 from vlrl.config import RunConfig
 from vlrl.rundir import RunDir
 
@@ -34,8 +37,11 @@ def start(config: RunConfig, run_dir: str | Path | None = None) -> RunDir:
 
 def load_base(config: RunConfig, log=print):
     """The configured checkpoint and its processor, not yet wrapped (4-bit when [model] load_in_4bit); a local model
-    (`tiny`, `tiny-small`) is built and warm-started in the cache first."""
-    path = warmstart.model_path(config, log)
+    (`tiny`, `tiny-small`) is built and warm-started in the cache first (by the main process, under several)."""
+    # under several processes this also starts the process group, which puts each process on its own GPU before the
+    # model loads there
+    with distributed.main_first():
+        path = warmstart.model_path(config, log)
     m = config.model
     base, processor = model.load_model(path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
                                        backend=m.backend)
@@ -87,7 +93,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
-    rows, data_report = data.load_rows(config.data, return_report=True)
+    with distributed.main_first():  # a hub data set is downloaded and cached once
+        rows, data_report = data.load_rows(config.data, return_report=True)
     if data_report.trains_on_test_split:
         log(data_report.trains_on_test_split)
     train_rows, held_out = split(config, rows, data_report)
@@ -101,7 +108,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
                                                          part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
-        data_report.save(RunDir.of(run).data_report)
+        distributed.on_main(data_report.save, RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
     if config.eval.source:
         overlap = data_report.eval_source["overlap"]
@@ -118,8 +125,9 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
     """Greedy eval of the eval items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
-    item into samples_<when>.jsonl (pass@k). "before" resumes partial files; "after" always starts over, since
-    records of an earlier adapter must never be scored as this one's. Returns the greedy records."""
+    item into samples_<when>.jsonl (pass@k), each sharded over the processes of a launch (`vlrl.sharded_eval`).
+    "before" resumes partial files; "after" always starts over, since records of an earlier adapter must never be
+    scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
     e = config.eval
     paths = [(run.eval_file(f"eval_{when}"), 0)]
@@ -128,11 +136,11 @@ def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Pa
     records = []
     for path, samples in paths:
         if when == "after":
-            path.unlink(missing_ok=True)
-        out = evaluate.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
-                                max_new_tokens=e.max_new_tokens, samples=samples, temperature=e.temperature,
-                                seed=e.seed, symbolic=config.training.reward == "symbolic",
-                                image_dir=run.eval_images, log=log)
+            distributed.on_main(path.unlink, missing_ok=True)
+        out = sharded_eval.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
+                                    max_new_tokens=e.max_new_tokens, samples=samples, temperature=e.temperature,
+                                    seed=e.seed, symbolic=config.training.reward == "symbolic",
+                                    image_dir=run.eval_images, log=log)
         records = records or out
     return records
 
@@ -184,11 +192,11 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
     banner("5/6 eval after training", log)
     evaluate_policy(config, policy, processor, eval_ds, rd, "after", log)
-    comparison = compare_run(rd, log)
-    report.render(rd.path, log=log)
+    comparison = distributed.on_main(compare_run, rd, log)
+    distributed.on_main(report.render, rd.path, log=log)
 
     banner("6/6 export the adapter (verified from disk)", log)
-    export_policy(config, policy, processor, rd, log)
+    distributed.on_main(export_policy, config, policy, processor, rd, log)
     log(f"done in {time.time() - started:.0f} s: {rd.path}")
     warning = data.training_on_test_warning(config.data.source, config.data.split)
     if warning:  # again at the end of a long log: this run's scores are not a benchmark result
@@ -202,7 +210,7 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
     policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
     train_ds, _ = prepare(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
-    export.export_adapter(trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
+    distributed.on_main(export.export_adapter, trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
     return trainer
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vlrl import config as cfg
+from vlrl import distributed
 from vlrl.errors import RunDirError
 
 RUNS = Path("runs")  # where a run lands when no directory is named: runs/<the config's name>
@@ -125,11 +126,14 @@ class RunDir:
     def start(self, config: cfg.RunConfig, *, action: str = "run") -> RunDir:
         """Claims the directory for `config`: creates it and writes config.toml. A directory that holds a run of
         another configuration is refused, since its records would mix with this one's; the same configuration
-        continues where it stopped."""
+        continues where it stopped. Under several processes the main one claims it, and a refusal stops them all."""
+        distributed.on_main(self._claim, config, action)
+        return self
+
+    def _claim(self, config: cfg.RunConfig, action: str) -> None:
         self.check_same(config, action=action)
         self.path.mkdir(parents=True, exist_ok=True)
         self.config_file.write_text(cfg.to_toml(config))
-        return self
 
     def check_same(self, config: cfg.RunConfig, *, action: str = "run") -> None:
         """Raises RunDirError, naming every changed setting, when this directory holds another configuration."""

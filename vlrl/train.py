@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-from vlrl import rewards
+from vlrl import distributed, rewards
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
 from vlrl.model import backend_of
@@ -30,7 +30,7 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 
     run, t = RunDir.of(run), config.training
     rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
-    return gspo_config(
+    args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, num_generations=t.num_generations,
@@ -38,6 +38,14 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
         temperature=t.temperature, logging_steps=t.logging_steps, save_strategy="steps", save_steps=t.save_steps,
         seed=t.seed, data_seed=t.seed, report_to=t.report_to, project="vlrl", run_name=run.path.name, **rollout,
     )
+    if args.device.type == "cpu" and args.device.index is not None:
+        # Under several CPU processes accelerate puts process k on "cpu:k", which transformers passes to torch.load
+        # when it resumes the optimizer, and torch cannot map storages to "cpu:k" (a 2-process resume failed on it).
+        # One CPU is "cpu" to every process: the cached device is set so.
+        import torch
+
+        args.__dict__["_setup_devices"] = torch.device("cpu")
+    return args
 
 
 def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,
@@ -134,21 +142,28 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
     last = _last_checkpoint(run.checkpoints) if resume else None
     if resume and last is None:
         log(f"resume: no checkpoint in {run.checkpoints} yet; starting from step 0")
-    if last is None:  # a fresh start: stale checkpoints or log lines from an earlier run would mix into this one
+    if last is not None:
+        log(f"resume: continuing from {last.name}")
+    distributed.on_main(_clear_for, run, last)  # a fresh start deletes checkpoints, which the others read only to resume
+
+    trainer = build_trainer(config, model, processor, train_dataset, run, log=log)
+    backend = backend_of(model)
+    distributed.on_main(_write_resolved_args, trainer, run.grpo_config, backend=backend, recipe=config.training.recipe)
+    log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {config.training.recipe}; resolved settings "
+        f"in {run.grpo_config}")
+    trainer.train(resume_from_checkpoint=str(last) if last else None)
+    return trainer
+
+
+def _clear_for(run: RunDir, last: Path | None) -> None:
+    """A fresh start removes an earlier run's checkpoints and log lines, which would mix into this one; a resumed run
+    keeps its log up to the checkpoint it continues from."""
+    if last is None:
         shutil.rmtree(run.checkpoints, ignore_errors=True)
         shutil.rmtree(run.tensorboard, ignore_errors=True)
         run.train_log.unlink(missing_ok=True)
     else:
         _truncate_log(run.train_log, _checkpoint_step(last))
-        log(f"resume: continuing from {last.name}")
-
-    trainer = build_trainer(config, model, processor, train_dataset, run, log=log)
-    backend = backend_of(model)
-    _write_resolved_args(trainer, run.grpo_config, backend=backend, recipe=config.training.recipe)
-    log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {config.training.recipe}; resolved settings "
-        f"in {run.grpo_config}")
-    trainer.train(resume_from_checkpoint=str(last) if last else None)
-    return trainer
 
 
 def _write_resolved_args(trainer, path: Path, **extra) -> None:

@@ -5,9 +5,9 @@ loads. `vlrl.config` calls it on every file it reads; `vlrl validate` shows it.
 from __future__ import annotations
 
 import math
-import os
 import re
 
+from vlrl.distributed import sharded_launch, world_size
 from vlrl.errors import ConfigError
 from vlrl.sections import (
     BACKENDS,
@@ -21,14 +21,6 @@ from vlrl.sections import (
 )
 
 
-def num_processes() -> int:
-    """The processes training runs in: `accelerate launch` and torchrun set WORLD_SIZE in each; 1 otherwise."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
 def validate(config: RunConfig, *, num_processes: int | None = None) -> None:
     """Raises one ConfigError listing every problem of `config` (see `problems_of`); returns None when it is sound."""
     problems = problems_of(config, num_processes=num_processes)
@@ -40,12 +32,12 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     """Every problem of values and combinations, one line each with the rule, the values and the fix.
 
     Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
-    `num_processes` (default: this launch's, `num_processes()`) enters the batch rules.
+    `num_processes` (default: this launch's, `vlrl.distributed.world_size()`) enters the batch rules.
     """
     from vlrl.recipe import RECIPES
     from vlrl.synthetic import ALL_TASKS
 
-    processes = num_processes or globals()["num_processes"]()
+    processes = num_processes or world_size()
     t, m, d, e = config.training, config.model, config.data, config.eval
     problems = []
     add = problems.append
@@ -76,6 +68,14 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if m.backend not in BACKENDS:
         add(f"[model] backend = {m.backend!r} is unknown; choose one of {', '.join(BACKENDS)}."
             f"{did_you_mean(m.backend, BACKENDS)}")
+    if m.backend == "unsloth" and processes > 1:
+        add(f'[model] backend = "unsloth" runs in one process, and this launch has {processes}: Unsloth patches '
+            'the trainer for one GPU. Use backend = "transformers" (or "auto") under accelerate launch '
+            "(docs/multi-gpu.md), or launch one process.")
+    if m.load_in_4bit and sharded_launch():
+        add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
+            "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
+            "(docs/multi-gpu.md).")
     if not 0 <= m.lora_dropout < 1:
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
