@@ -81,12 +81,16 @@ def test_curve_states_and_compare_moves():
     curve = passk.pass_at_k_curve(before)
     assert curve["k"] == [1, 2, 3, 4] and curve["never"] == 0.25 and curve["always"] == 0.25
     assert curve["pass_at_k"][0] == pytest.approx((0 + 1 + 4 + 2) / 16)
+    assert curve["per_item"]["b"] == pytest.approx([0.25, 0.5, 0.75, 1.0]) and curve["per_item"]["a"] == [0.0] * 4
+    assert curve["never_ci95"][0] < 0.25 < curve["never_ci95"][1]
     change = passk.compare_pass_at_k(before, after)
     assert change["learned"] == ["a"] and change["sharpened"] == ["b"] and change["lost"] == ["d"]
     assert change["moves"]["always_to_always"] == 1 and sum(change["moves"].values()) == 4
     rates = [1 / 4 - 0, 1 - 1 / 4, 0, 0 - 2 / 4]
     assert change["pass_at_1_p"] == pytest.approx(scipy_p(rates))
     assert change["pass_at_k_before"][-1] == 0.75 and change["pass_at_k_after"][-1] == 0.75
+    assert change["before"]["pass_at_k"] == change["pass_at_k_before"] and change["after"]["never"] == 0.25
+    assert change["counts"]["b"] == [1, 4]
 
 
 def test_compare_adds_pass_at_k_only_for_sampled_files_and_summary_says_it():

@@ -23,7 +23,7 @@ with tie corrections is least trustworthy there. The test is exact here, and Sci
 from __future__ import annotations
 
 from vlrl.errors import EvalError
-from vlrl.stats import bootstrap_ci, paired_permutation, pass_at_k
+from vlrl.stats import bootstrap_ci, paired_permutation, pass_at_k, wilson
 
 STATES = ("never", "sometimes", "always")
 
@@ -62,8 +62,8 @@ def state(n: int, c: int) -> str:
 
 
 def pass_at_k_curve(records: list[dict], *, seed: int = 0) -> dict:
-    """pass@k for k = 1..K over the records' items, each with a 95% bootstrap interval over items, and the share of
-    items solved by no draw and by every draw.
+    """pass@k for k = 1..K over the records' items, each with a 95% bootstrap interval over items, the share of
+    items solved by no draw and by every draw (with Wilson intervals), and each item's own pass@1..pass@K.
 
     >>> rec = lambda i, *ok: {"id": i, "draws": [{"correct": x} for x in ok]}
     >>> curve = pass_at_k_curve([rec("a", True, False), rec("b", False, False)])
@@ -82,7 +82,9 @@ def pass_at_k_curve(records: list[dict], *, seed: int = 0) -> dict:
         cis.append(list(bootstrap_ci(scores, seed=seed)))
     states = [state(n, c) for n, c in per_item.values()]
     return {"samples": n, "items": len(per_item), "k": ks, "pass_at_k": values, "ci95": cis,
-            **{s: states.count(s) / len(states) for s in STATES}}
+            **{s: states.count(s) / len(states) for s in STATES},
+            **{f"{s}_ci95": list(wilson(states.count(s), len(states))) for s in ("never", "always")},
+            "per_item": {i: [pass_at_k(n, c, k) for k in ks] for i, (n, c) in per_item.items()}}
 
 
 def compare_pass_at_k(before: list[dict], after: list[dict], *, seed: int = 0) -> dict:
@@ -116,12 +118,18 @@ def compare_pass_at_k(before: list[dict], after: list[dict], *, seed: int = 0) -
         rows["delta_ci95"].append(list(bootstrap_ci(diffs, seed=seed)))
     moves = {i: (state(*b[i]), state(*a[i])) for i in ids}
     rate_diffs = [a[i][1] / n - b[i][1] / n for i in ids]
+    sides = {}
+    for side, by in (("before", before), ("after", after)):
+        curve = pass_at_k_curve([r for r in by if r["id"] in moves], seed=seed)
+        sides[side] = {key: curve[key] for key in ("pass_at_k", "ci95", "never", "always", "never_ci95",
+                                                    "always_ci95")}
     return {
         "samples": n, "n_paired": len(ids), "k": ks,
         "pass_at_k_before": rows["before"], "pass_at_k_after": rows["after"],
         "pass_at_k_delta": rows["delta"], "pass_at_k_delta_ci95": rows["delta_ci95"],
         "pass_at_1_before": rows["before"][0], "pass_at_1_after": rows["after"][0],
-        "pass_at_1_delta": rows["delta"][0], "pass_at_1_p": paired_permutation(rate_diffs),
+        "pass_at_1_delta": rows["delta"][0], "pass_at_1_p": paired_permutation(rate_diffs), **sides,
+        "counts": {i: [b[i][1], a[i][1]] for i in ids},  # each item's correct draws, before and after
         "test": "paired sign-flip permutation test on per-item pass rates (exact)",
         "moves": {f"{s}_to_{t}": sum(m == (s, t) for m in moves.values()) for s in STATES for t in STATES},
         "learned": [i for i, (s, t) in moves.items() if s == "never" and t != "never"],

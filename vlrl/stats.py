@@ -1,6 +1,6 @@
 """The statistics of vlrl's comparisons, in one place: proportions (Wilson intervals), paired tests (exact McNemar on
 flips, a paired sign-flip permutation test on per-item scores), bootstrap intervals over items, and the unbiased
-pass@k estimator. Pure Python, no SciPy: the tests check each against a reference (SciPy, brute force).
+pass@k estimator. No SciPy at run time: the tests check each against a reference (SciPy, brute force).
 
     wilson(41, 100)                                 # 95% interval of 41/100
     mcnemar_exact(b=12, c=3)                        # wrong->right 12, right->wrong 3
@@ -129,7 +129,8 @@ BOOTSTRAP = 2000  # resamples of the items: enough for the 2.5% and 97.5% percen
 def bootstrap_ci(values, *, statistic=None, resamples: int = BOOTSTRAP, seed: int = 0,
                  level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of `statistic` (default: the mean) over items: the items are drawn with
-    replacement `resamples` times, seeded, so the same values give the same interval.
+    replacement `resamples` times, seeded, so the same values give the same interval (the mean is vectorized with
+    numpy: 1,000 items x 2,000 resamples in milliseconds).
 
     >>> bootstrap_ci([1.0] * 10)
     (1.0, 1.0)
@@ -137,15 +138,20 @@ def bootstrap_ci(values, *, statistic=None, resamples: int = BOOTSTRAP, seed: in
     >>> 0.39 < low < 0.5 < high < 0.61
     True
     """
-    values = list(values)
+    import numpy as np
+
+    values = [float(v) for v in values]
     if not values:
         return (0.0, 1.0)
-    statistic = statistic or (lambda xs: sum(xs) / len(xs))
-    rng = random.Random(seed)
+    rng = np.random.default_rng(seed)
     n = len(values)
-    draws = sorted(statistic([values[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    picks = rng.integers(0, n, size=(resamples, n))
+    if statistic is None:
+        draws = np.sort(np.asarray(values)[picks].mean(axis=1))
+    else:
+        draws = np.sort([statistic([values[i] for i in row]) for row in picks])
     tail = (1 - level) / 2
-    return (draws[int(tail * (resamples - 1))], draws[math.ceil((1 - tail) * (resamples - 1))])
+    return (float(draws[int(tail * (resamples - 1))]), float(draws[math.ceil((1 - tail) * (resamples - 1))]))
 
 
 # --- pass@k --------------------------------------------------------------------------------------------------------
