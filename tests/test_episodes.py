@@ -105,13 +105,14 @@ def test_gspo_clip_stops_the_gradient_outside_the_range():
 
 
 def test_step_seeds_make_groups_from_training_seeds_only():
-    c = cfg.preset("grid-tiny")
+    c = cfg.preset("grid-tiny", overrides=["training.num_generations=4"])  # 8 episodes a step: two groups of 4
     from vlrl.episodes.run import seeds
 
     train, held = seeds(c, "train"), seeds(c, "eval")
     assert not set(train) & set(held)
     chosen = gspo.step_seeds(c, 1, train)
     assert chosen == [train[0]] * 4 + [train[1]] * 4 and set(gspo.step_seeds(c, 17, train)) <= set(train)
+    assert gspo.step_seeds(c, 2, train) == [train[2]] * 4 + [train[3]] * 4  # the next groups, in order
 
 
 # --- the comparison ------------------------------------------------------------------------------------------------
