@@ -11,6 +11,7 @@ from vlrl.envs import Env, make
 from vlrl.envs.grid import GridEnv, shortest_path
 from vlrl.episodes import compare as ecompare
 from vlrl.episodes import context, gspo
+from vlrl.errors import ConfigError
 
 MOVE = "<REASONING>go</REASONING><SOLUTION>{}</SOLUTION>"
 
@@ -285,3 +286,9 @@ def test_crafter_tiny_runs_end_to_end(tmp_path):
         assert code == 0 and export.verify_adapter(run / "adapter")["nonzero_lora_B"] > 0
     else:  # no reward anywhere: no advantage, no update, and the export says so instead of shipping a zero adapter
         assert code == 1
+
+
+def test_episode_runs_are_refused_under_several_processes():
+    with pytest.raises(ConfigError, match="episode runs play and train in one process"):
+        cfg.preset("grid-tiny", num_processes=2)
+    assert cfg.preset("grid-tiny", num_processes=1).env.name == "grid"

@@ -72,6 +72,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f'[model] backend = "unsloth" runs in one process, and this launch has {processes}: Unsloth patches '
             'the trainer for one GPU. Use backend = "transformers" (or "auto") under accelerate launch '
             "(docs/multi-gpu.md), or launch one process.")
+    if config.env.name and processes > 1:
+        add(f"[env] name = {config.env.name!r}: episode runs play and train in one process, and this launch has "
+            f"{processes}; run `vlrl run` without accelerate launch (the episode loop is not sharded yet).")
     if m.load_in_4bit and sharded_launch():
         add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
             "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
