@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vlrl import passk
 from vlrl.errors import EvalError
-from vlrl.records import read_records
+from vlrl.records import by_id as records_by_id
 from vlrl.stats import mcnemar_exact, wilson
 
 # Metadata keys the comparison breaks accuracy down by (MathVista's and the synthetic generator's); a list value
@@ -28,7 +28,8 @@ MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  
 # --- records -> items --------------------------------------------------------------------------------------------
 
 def by_id(records: list[dict] | str | Path, name: str = "records") -> dict:
-    """Records (a list or a JSONL path) -> {id: record}, checking that each has what a comparison needs.
+    """Records (a list or a JSONL path) -> {id: record}, checking that each has what a comparison needs
+    (`vlrl.records.by_id` with REQUIRED).
 
     Raises:
         EvalError: a record without id, correct or format_ok, or an id that appears twice.
@@ -36,18 +37,7 @@ def by_id(records: list[dict] | str | Path, name: str = "records") -> dict:
     >>> by_id([{"id": "a", "correct": True, "format_ok": False}])["a"]["correct"]
     True
     """
-    if isinstance(records, (str, Path)):
-        name, records = str(records), read_records(records)
-    items = {}
-    for index, record in enumerate(records):
-        missing = [k for k in REQUIRED if k not in record]
-        if missing:
-            raise EvalError(f"record {index} of {name} has no {', '.join(missing)}; compare needs id, correct and "
-                            "format_ok in every record (vlrl.evaluate.evaluate writes them).")
-        if record["id"] in items:
-            raise EvalError(f"{name} has id {record['id']!r} twice; each item must appear once per side.")
-        items[record["id"]] = record
-    return items
+    return records_by_id(records, name, REQUIRED)
 
 
 # --- one side ----------------------------------------------------------------------------------------------------
@@ -196,8 +186,7 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
                   format_gained=format_gained, format_lost=format_lost)
     result["breakdown"] = breakdown(b_rows, a_rows)
     if passk.is_sampled(b_rows) and passk.is_sampled(a_rows):  # `--samples K` on both sides: pass@k too
-        result["pass_at_k"] = passk.compare_pass_at_k(b_rows, a_rows)
-        result["pass_at_k"]["meaning"] = passk.describe(result["pass_at_k"])
+        result["pass_at_k"] = _pass_at_k(b_rows, a_rows)
     return result
 
 
@@ -209,12 +198,20 @@ def with_samples(comparison: dict, samples_before: str | Path, samples_after: st
         EvalError: a damaged sampled file, or sampled files without draws.
     """
     if Path(samples_before).exists() and Path(samples_after).exists():
-        sampled = compare(samples_before, samples_after)
-        if "pass_at_k" not in sampled:
+        b_rows = list(by_id(samples_before).values())
+        a_rows = list(by_id(samples_after).values())
+        if not (passk.is_sampled(b_rows) and passk.is_sampled(a_rows)):
             raise EvalError(f"{samples_before} and {samples_after} hold no sampled draws; they come from "
                             "`[eval] samples = K`.")
-        comparison = {**comparison, "pass_at_k": sampled["pass_at_k"]}
+        comparison = {**comparison, "pass_at_k": _pass_at_k(b_rows, a_rows)}
     return comparison
+
+
+def _pass_at_k(before: list[dict], after: list[dict]) -> dict:
+    """`vlrl.passk.compare_pass_at_k` of two sampled sides, with `meaning`: one sentence on what it says."""
+    change = passk.compare_pass_at_k(before, after)
+    change["meaning"] = passk.describe(change)
+    return change
 
 
 def summary(comparison: dict, alpha: float = 0.05) -> str:

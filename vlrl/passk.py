@@ -107,28 +107,26 @@ def compare_pass_at_k(before: list[dict], after: list[dict], *, seed: int = 0) -
         raise EvalError(f"before has {n_b} draws per item and after {n_a}; compare evals with the same --samples K.")
     n = n_b
     ks = list(range(1, n + 1))
-    rows = {"before": [], "after": [], "delta": [], "delta_ci95": []}
-    for k in ks:
-        pb = [pass_at_k(n, b[i][1], k) for i in ids]
-        pa = [pass_at_k(n, a[i][1], k) for i in ids]
-        diffs = [y - x for x, y in zip(pb, pa)]
-        rows["before"].append(sum(pb) / len(ids))
-        rows["after"].append(sum(pa) / len(ids))
-        rows["delta"].append(sum(diffs) / len(ids))
-        rows["delta_ci95"].append(list(bootstrap_ci(diffs, seed=seed)))
-    moves = {i: (state(*b[i]), state(*a[i])) for i in ids}
-    rate_diffs = [a[i][1] / n - b[i][1] / n for i in ids]
+    paired = set(ids)
     sides = {}
-    for side, by in (("before", before), ("after", after)):
-        curve = pass_at_k_curve([r for r in by if r["id"] in moves], seed=seed)
+    for side, records in (("before", before), ("after", after)):
+        curve = pass_at_k_curve([r for r in records if r["id"] in paired], seed=seed)
         sides[side] = {key: curve[key] for key in ("pass_at_k", "ci95", "never", "always", "never_ci95",
                                                     "always_ci95")}
+    deltas, delta_cis = [], []
+    for k in ks:
+        diffs = [pass_at_k(n, a[i][1], k) - pass_at_k(n, b[i][1], k) for i in ids]
+        deltas.append(sum(diffs) / len(ids))
+        delta_cis.append(list(bootstrap_ci(diffs, seed=seed)))
+    moves = {i: (state(*b[i]), state(*a[i])) for i in ids}
+    rate_diffs = [a[i][1] / n - b[i][1] / n for i in ids]
+    before_k, after_k = sides["before"]["pass_at_k"], sides["after"]["pass_at_k"]
     return {
         "samples": n, "n_paired": len(ids), "k": ks,
-        "pass_at_k_before": rows["before"], "pass_at_k_after": rows["after"],
-        "pass_at_k_delta": rows["delta"], "pass_at_k_delta_ci95": rows["delta_ci95"],
-        "pass_at_1_before": rows["before"][0], "pass_at_1_after": rows["after"][0],
-        "pass_at_1_delta": rows["delta"][0], "pass_at_1_p": paired_permutation(rate_diffs), **sides,
+        "pass_at_k_before": before_k, "pass_at_k_after": after_k,
+        "pass_at_k_delta": deltas, "pass_at_k_delta_ci95": delta_cis,
+        "pass_at_1_before": before_k[0], "pass_at_1_after": after_k[0],
+        "pass_at_1_delta": deltas[0], "pass_at_1_p": paired_permutation(rate_diffs), **sides,
         "counts": {i: [b[i][1], a[i][1]] for i in ids},  # each item's correct draws, before and after
         "test": "paired sign-flip permutation test on per-item pass rates (exact)",
         "moves": {f"{s}_to_{t}": sum(m == (s, t) for m in moves.values()) for s in STATES for t in STATES},

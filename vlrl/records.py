@@ -50,6 +50,31 @@ def read_records(path: str | Path) -> list[dict]:
     return records
 
 
+def by_id(records: list[dict] | str | Path, name: str, required: tuple[str, ...], *, kind: str = "record",
+          unit: str = "item", writer: str = "vlrl.evaluate.evaluate") -> dict:
+    """Records (a list or a JSONL path, then named by it) -> {id: record}, each checked for the `required` fields a
+    comparison reads; `vlrl.compare` (items) and `vlrl.episodes.compare` (episodes) both key their sides here.
+
+    Raises:
+        EvalError: a record without a required field, or an id that appears twice.
+
+    >>> by_id([{"id": "a", "correct": True}], "before", ("id", "correct"))["a"]["correct"]
+    True
+    """
+    if isinstance(records, (str, Path)):
+        name, records = str(records), read_records(records)
+    out = {}
+    for index, record in enumerate(records):
+        missing = [k for k in required if k not in record]
+        if missing:
+            raise EvalError(f"{kind} {index} of {name} has no {', '.join(missing)}; compare needs "
+                            f"{', '.join(required)} in every {kind} ({writer} writes them).")
+        if record["id"] in out:
+            raise EvalError(f"{name} has {unit} {record['id']!r} twice; each {unit} must appear once per side.")
+        out[record["id"]] = record
+    return out
+
+
 def drop_torn_tail(path: str | Path) -> None:
     """Truncates a torn last line, so the next append starts on a fresh line instead of gluing onto it.
 

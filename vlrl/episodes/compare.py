@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vlrl.errors import EvalError
-from vlrl.records import read_records
+from vlrl.records import by_id, read_records
 from vlrl.stats import bootstrap_ci, mcnemar_exact, paired_permutation, wilson
 
 REQUIRED = ("id", "seed", "success", "return", "turns")
@@ -23,21 +22,6 @@ def is_episodes(records) -> bool:
     """Whether records (a list or a JSONL path) are episode records (`kind: "episode"`)."""
     records = read_records(records) if isinstance(records, (str, Path)) else records
     return bool(records) and all(r.get("kind") == "episode" for r in records)
-
-
-def _by_id(records, name: str) -> dict:
-    if isinstance(records, (str, Path)):
-        name, records = str(records), read_records(records)
-    out = {}
-    for index, record in enumerate(records):
-        missing = [k for k in REQUIRED if k not in record]
-        if missing:
-            raise EvalError(f"episode record {index} of {name} has no {', '.join(missing)}; compare needs "
-                            f"{', '.join(REQUIRED)} (vlrl.episodes.evaluate writes them).")
-        if record["id"] in out:
-            raise EvalError(f"{name} has episode {record['id']!r} twice; each seed must appear once per side.")
-        out[record["id"]] = record
-    return out
 
 
 def side_stats(records: list[dict], side: str) -> dict:
@@ -77,7 +61,8 @@ def compare(before, after) -> dict:
     >>> c["table"]["failure_to_success"], round(c["mcnemar_p"], 4), round(c["return_permutation_p"], 4)
     (8, 0.0078, 0.0078)
     """
-    b_by, a_by = _by_id(before, "before"), _by_id(after, "after")
+    b_by, a_by = by_id(before, "before", REQUIRED, kind="episode record", unit="episode", writer="vlrl.episodes.evaluate"), \
+        by_id(after, "after", REQUIRED, kind="episode record", unit="episode", writer="vlrl.episodes.evaluate")
     paired = [i for i in b_by if i in a_by]
     b_rows, a_rows = [b_by[i] for i in paired], [a_by[i] for i in paired]
     result = {"kind": "episodes", "n_before": len(b_by), "n_after": len(a_by), "n_paired": len(paired),
