@@ -134,10 +134,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     output_path = Path(output_path)
     output_path.parent.mkdir(parents=True, exist_ok=True)
     ids = [row["id"] for row in dataset]
-    if len(set(ids)) != len(ids):
-        dupes = sorted({i for i in ids if ids.count(i) > 1})[:3]
-        raise EvalError(f"the eval set has duplicate ids (e.g. {dupes}); records are keyed by id, so each item "
-                         "needs its own. Deduplicate the rows before evaluating.")
+    check_unique_ids(ids)
     do_sample = do_sample or samples > 0
     settings = {"max_new_tokens": max_new_tokens, "do_sample": do_sample,
                 "temperature": temperature if do_sample else None, "samples": samples,
@@ -186,6 +183,16 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         log(f"eval: {len(todo)} items generated ({len(ids) - len(todo)} resumed from {output_path.name}) in "
             f"{seconds:.1f} s ({len(todo) / max(seconds, 1e-9):.2f} items/s); accuracy {accuracy:.1%}{drawn}")
     return records
+
+
+def check_unique_ids(ids) -> None:
+    """Records are keyed by id: an eval set with an id twice is refused (EvalError) before anything is generated."""
+    from collections import Counter
+
+    dupes = sorted(i for i, n in Counter(ids).items() if n > 1)[:3]
+    if dupes:
+        raise EvalError(f"the eval set has duplicate ids (e.g. {dupes}); records are keyed by id, so each item "
+                        "needs its own. Deduplicate the rows before evaluating.")
 
 
 def _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic: bool) -> list[dict]:

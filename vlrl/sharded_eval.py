@@ -15,12 +15,10 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from vlrl import distributed
 from vlrl import evaluate as one_process
-from vlrl.errors import EvalError
 from vlrl.records import read_records, save_images
 
 
@@ -41,10 +39,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
 
     output_path = Path(output_path)
     rows = list(dataset)
-    duplicated = sorted(i for i, n in Counter(row["id"] for row in rows).items() if n > 1)[:3]
-    if duplicated:  # one process checks its own batches; across them, here
-        raise EvalError(f"the eval set has duplicate ids (e.g. {duplicated}); records are keyed by id, so each item "
-                        "needs its own. Deduplicate the rows before evaluating.")
+    one_process.check_unique_ids(row["id"] for row in rows)  # one process checks its own batches; across them, here
     # the file's own checks, as a one-process eval makes them, with nothing to generate: a torn last line dropped,
     # records of other decoding settings refused (on every process at once)
     distributed.on_main(one_process.evaluate, model, processor, [], output_path, progress=False, **options)
