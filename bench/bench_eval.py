@@ -37,13 +37,10 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, data, evaluate, model, prompts, warmstart
+    from vlrl import config, data, evaluate, prompts, run
 
     conf = config.preset("tiny")
-    path = warmstart.model_path(conf, log=lambda *_: None)
-    policy, processor = model.load_model(
-        path, max_seq_length=conf.model.max_seq_length, backend="transformers",
-        lora=model.LoraSettings(r=conf.model.lora_r, alpha=conf.model.lora_alpha))
+    policy, processor = run.load_policy(conf, log=lambda *_: None)  # as `vlrl run` evaluates it
     _, held_out = data.split_holdout(data.load_rows(conf.data), conf.data.hold_out, seed=conf.data.seed)
     rows = prompts.to_dataset(held_out[: args.items] if args.items else held_out)
     max_new_tokens = conf.eval.max_new_tokens

@@ -36,13 +36,10 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, evaluate, model, passk, run, warmstart
+    from vlrl import config, evaluate, passk, run
 
     conf = config.preset("tiny")
-    path = warmstart.model_path(conf, log=lambda *_: None)
-    policy, processor = model.load_model(
-        path, max_seq_length=conf.model.max_seq_length, backend="transformers",
-        lora=model.LoraSettings(r=conf.model.lora_r, alpha=conf.model.lora_alpha))
+    policy, processor = run.load_policy(conf, log=lambda *_: None)  # as `vlrl run` evaluates it
     rows = run.held_out(conf, processor)
     k, batch = args.samples, conf.eval.batch_size
     settings = {"greedy": {"samples": 0, "batch_size": batch},
