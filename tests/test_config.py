@@ -128,7 +128,7 @@ BAD_FILES = [
     ("[eval]\nmax_new_tokens = 4096\n[model]\nmax_seq_length = 4096", ["max_new_tokens (4096)", "at least 5120"]),
     ("[model]\nname_or_path = \"Qwen/Qwen3-VL-8B-Instruct\"\nwarm_start_steps = 100",
      ["warm_start_steps = 100", "only applies to the models vlrl builds (tiny, tiny-small)", "vlrl sft"]),
-    ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of both", "e.g. 8"]),
+    ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of per_device_train_batch_size", "e.g. 8"]),
     ("[training]\nrecipe = \"gspo-paper\"\ngeneration_batch_size = 8", ["gspo-paper", "remove one"]),
     ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
     ("[training]\nreport_to = [\"none\", \"trackio\"]", ["report_to = ['none', 'trackio']", "mixes",
@@ -271,7 +271,9 @@ def test_batch_rule_counts_the_processes():
     cfg.validate(config, num_processes=2)  # 8 x 2 processes = 16: whole groups again
     config.training.num_generations, config.training.generation_batch_size = 4, 8
     cfg.validate(config, num_processes=1)
-    with pytest.raises(cfg.ConfigError, match=r"x 3 processes = 24\) and num_generations \(4\), e.g. 24"):
+    cfg.validate(config, num_processes=3)  # per process: each decodes 8 at once, 24 in all
+    config.training.generation_batch_size = 12
+    with pytest.raises(cfg.ConfigError, match=r"= 12 \(completions each process .* x 3 processes = 36 in all\).*e.g. 8"):
         cfg.validate(config, num_processes=3)
 
 

@@ -91,6 +91,27 @@ def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_gathered_weights_are_saved_and_checked_exactly(tiny_run, tmp_path):
+    """The FSDP path of `vlrl train`: the main process saves the LoRA weights gathered from every process and checks
+    the files against them (here one process, so gathering copies the model's own tensors)."""
+    from vlrl import distributed
+
+    model, processor = export.load_adapted(tiny_run / "adapter")
+    gathered = distributed.gathered_lora(model)
+    assert gathered and all("lora_" in k for k in gathered)
+    stats = export.export_adapter(model, processor, tmp_path / "adapter", gathered=gathered, log=lambda *_: None)
+    assert stats["reload_gap"] == 0.0 and stats["reload_check"] == "gathered weights"
+    saved = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert saved.keys() == load_file(str(tiny_run / "adapter" / "adapter_model.safetensors")).keys()
+    assert "gathered from every process" in (tmp_path / "adapter" / "README.md").read_text()
+    key = next(k for k in saved if "lora_B" in k)
+    saved[key] = saved[key] * 2
+    save_file(saved, str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    with pytest.raises(export.ExportError, match="differs from the gathered weights"):
+        export.check_saved(model, tmp_path / "adapter", gathered)
+
+
+@pytest.mark.slow
 def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):
     from vlrl.model import LoraSettings, load_model
 

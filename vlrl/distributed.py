@@ -55,6 +55,11 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0") or 0) if world_size() > 1 else 0
 
 
+def local_rank() -> int:
+    """This process's index on its machine (LOCAL_RANK): the GPU it owns. 0 outside a launch."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0) if world_size() > 1 else 0
+
+
 def is_main() -> bool:
     """Whether this process writes the run directory (the launch's rank 0)."""
     return rank() == 0
@@ -115,6 +120,16 @@ def all_sum(values: list[float]) -> list[float]:
     if world_size() == 1:
         return values
     return [sum(column) for column in zip(*all_gather(list(values)))]
+
+
+def gathered_lora(model) -> dict:
+    """The model's LoRA weights whole, on the CPU of every process, from the shards each holds under FSDP (DTensors).
+    A collective: every process calls it, in the same order. Plain tensors (one process, DDP) are copied as they are.
+    """
+    from torch.distributed.tensor import DTensor
+
+    return {name: (p.full_tensor() if isinstance(p, DTensor) else p).detach().cpu()
+            for name, p in model.state_dict().items() if "lora_" in name}
 
 
 def on_main(fn, *args, **kwargs):

@@ -14,6 +14,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from vlrl import distributed
+
 # Where each supported family keeps its parts inside the Hugging Face model (`model_type` -> module paths, and the
 # Linear leaves LoRA may adapt, as regexes relative to the vision tower). The language model's attention and MLP
 # projections are the same names in every family here (LANGUAGE_TARGETS).
@@ -238,6 +240,11 @@ def _load_transformers(name_or_path, load_in_4bit):
         if not torch.cuda.is_available():
             raise ValueError("load_in_4bit needs a CUDA GPU (bitsandbytes); set [model] load_in_4bit = false on CPU.")
         kwargs["quantization_config"] = bnb_4bit_config()
+        kwargs["device_map"] = {"": distributed.local_rank()}  # this process's GPU (a DDP launch: one copy each)
+    if torch.cuda.is_available():
+        # Under accelerate launch each process owns GPU LOCAL_RANK: "cuda" (and bitsandbytes' placement) means that
+        # one from here on, instead of every process loading its copy onto GPU 0.
+        torch.cuda.set_device(distributed.local_rank())
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype, **kwargs)
     processor = AutoProcessor.from_pretrained(name_or_path)

@@ -210,7 +210,10 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
     policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
     train_ds, _ = prepare(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
-    distributed.on_main(export.export_adapter, trainer.model, processor, rd.adapter, run_dir=rd.path, log=log)
+    # under FSDP each process holds a shard of the LoRA weights: all gather them, the main process saves them whole
+    gathered = distributed.gathered_lora(trainer.model) if distributed.sharded_launch() else None
+    distributed.on_main(export.export_adapter, trainer.model, processor, rd.adapter, run_dir=rd.path,
+                        gathered=gathered, log=log)
     return trainer
 
 

@@ -51,9 +51,11 @@ class TrainingConfig:
     logging_steps: int = 1
     save_steps: int = 50  # a checkpoint (adapter, optimizer, scheduler, RNG) every this many steps; --resume uses it
     stop_on_degeneration: float = 0.0  # 0: never; else stop when this share of a step's completions degenerates
-    # Completions decoded per generate call; 0: TRL's default, the whole optimizer step's rollouts (batch x
-    # accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before its
-    # forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding throughput.
+    # Completions each process decodes per generate call; 0: TRL's default, the whole optimizer step's rollouts
+    # (batch x accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before
+    # its forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding
+    # throughput. Per process, so a preset decodes as many at once on each of N GPUs as on one (TRL's own
+    # generation_batch_size is this times the processes).
     generation_batch_size: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also

@@ -29,7 +29,8 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
     """The `trl.GRPOConfig` for a RunConfig: the recipe from `vlrl.recipe.gspo_config`, the run's own sizes."""
 
     run, t = RunDir.of(run), config.training
-    rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
+    # vlrl's generation_batch_size is per process; TRL's counts every process's completions
+    rollout = {"generation_batch_size": t.generation_batch_size * distributed.world_size()} if t.generation_batch_size else {}
     args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,

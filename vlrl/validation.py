@@ -230,13 +230,15 @@ def _batch_problems(t: TrainingConfig, processes: int) -> list[str]:
                 f"[training] generation_batch_size = {t.generation_batch_size} cannot be combined with recipe "
                 '"gspo-paper", which sets the rollout size itself (batch x accumulation, split into optimizer '
                 "steps); remove one of the two.")
-        step = math.lcm(unit, t.num_generations)
+        # per process; TRL's is generation_batch_size x processes, which must hold whole micro-batches and groups
+        step = math.lcm(t.per_device_train_batch_size, t.num_generations // math.gcd(t.num_generations, processes))
         if t.generation_batch_size % step:
             problems.append(
-                f"[training] generation_batch_size = {t.generation_batch_size} must be a multiple of both the "
-                f"global micro-batch (per_device_train_batch_size {t.per_device_train_batch_size} x {processes} "
-                f"{plural} = {unit}) and num_generations ({t.num_generations}), e.g. {step}; 0 decodes a whole "
-                "optimizer step's rollouts at once.")
+                f"[training] generation_batch_size = {t.generation_batch_size} (completions each process decodes at "
+                f"once; x {processes} {plural} = {t.generation_batch_size * processes} in all) must be a multiple of "
+                f"per_device_train_batch_size ({t.per_device_train_batch_size}), and the total a multiple of "
+                f"num_generations ({t.num_generations}): e.g. {step}; 0 decodes a whole optimizer step's rollouts "
+                "at once.")
     return problems
 
 

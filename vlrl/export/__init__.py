@@ -30,6 +30,7 @@ from vlrl.errors import ExportError
 from vlrl.export.adapter import (
     adapter_config,
     check_reload,
+    check_saved,
     export_adapter,
     load_adapted,
     lora_b_stats,
@@ -45,8 +46,8 @@ from vlrl.rundir import RunDir
 
 __all__ = [
     "EXPORT_FORMATS", "GGUF_TYPES", "LLAMA_CPP_PYTHON", "MERGED_DTYPES", "PROBE_QUESTION", "TOLERANCE", "ExportError",
-    "adapter_config", "check_gguf_structure", "check_reload", "export_adapter", "export_gguf", "export_merged",
-    "export_run", "gguf_name", "llama_cpp_tools", "llama_cpp_version", "load_adapted", "logits_gap", "lora_b_stats",
+    "adapter_config", "check_gguf_structure", "check_reload", "check_saved", "export_adapter", "export_gguf",
+    "export_merged", "export_run", "gguf_name", "llama_cpp_tools", "llama_cpp_version", "load_adapted", "logits_gap", "lora_b_stats",
     "probe_image", "probe_inputs", "probe_logits", "reload_tolerance", "verify_adapter", "write_model_card",
 ]
 

@@ -60,7 +60,7 @@ def verify_adapter(adapter_dir: str | Path) -> dict:
 
 
 def export_adapter(model, processor, output_dir: str | Path, *, run_dir: str | Path | None = None,
-                   log=print) -> dict:
+                   gathered: dict | None = None, log=print) -> dict:
     """Saves the PEFT adapter, processor files and a model card, then verifies the adapter read back from disk.
 
     Args:
@@ -68,6 +68,9 @@ def export_adapter(model, processor, output_dir: str | Path, *, run_dir: str | P
         processor: its processor, saved beside the adapter so the folder loads on its own.
         output_dir: the adapter folder (created).
         run_dir: the run directory, whose config.toml and comparison.json fill the model card.
+        gathered: under FSDP, the LoRA weights gathered whole from every process (`distributed.gathered_lora`):
+            saved instead of the model's own shards, and the files read back are checked against them exactly
+            (the logit check needs the whole model in one process).
 
     Returns:
         The lora_B stats, `reload_gap` (logit gap of the read-back adapter vs the in-memory one, at most
@@ -78,15 +81,17 @@ def export_adapter(model, processor, output_dir: str | Path, *, run_dir: str | P
     """
     started = time.time()
     output_dir = Path(output_dir)
-    model.save_pretrained(str(output_dir))
+    model.save_pretrained(str(output_dir), state_dict=gathered)  # None: the model's own weights
     processor.save_pretrained(str(output_dir))
     stats = verify_adapter(output_dir)
-    stats.update(check_reload(model, processor, output_dir))
+    stats.update(check_reload(model, processor, output_dir) if gathered is None else
+                 check_saved(model, output_dir, gathered))
     stats["bytes"] = (output_dir / "adapter_model.safetensors").stat().st_size
     stats["seconds"] = round(time.time() - started, 2)
     write_model_card(output_dir, stats, run_dir=run_dir)
-    log(f"adapter: {stats['nonzero_lora_B']}/{stats['lora_B_tensors']} lora_B non-zero, read-back logit gap "
-        f"{stats['reload_gap']:.1e} (tolerance {reload_tolerance(model):.0e}) -> {output_dir}")
+    what = "logit gap" if gathered is None else "gap to the weights gathered from every process"
+    log(f"adapter: {stats['nonzero_lora_B']}/{stats['lora_B_tensors']} lora_B non-zero, read-back {what} "
+        f"{stats['reload_gap']:.1e} (tolerance {stats['reload_tolerance']:.0e}) -> {output_dir}")
     return stats
 
 
@@ -135,6 +140,27 @@ def check_reload(model, processor, adapter_dir: str | Path) -> dict:
     if effect == 0.0:
         raise ExportError(f"the adapter in {adapter_dir} does not change the model's logits at all: it is untrained.")
     return {"reload_gap": gap, "reload_tolerance": tolerance, "adapter_effect": effect}
+
+
+def check_saved(model, adapter_dir: str | Path, gathered: dict) -> dict:
+    """The saved adapter's tensors against the LoRA weights gathered from every process (FSDP): the same names, the
+    same values, bit for bit.
+
+    Raises:
+        ExportError: a tensor missing, extra or different.
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    expected = {k: v.detach().cpu() for k, v in get_peft_model_state_dict(model, state_dict=gathered).items()}
+    saved = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+    if set(saved) != set(expected):
+        raise ExportError(f"the adapter in {adapter_dir} holds other tensors than the gathered LoRA weights: "
+                          f"{sorted(set(saved) ^ set(expected))[:4]}")
+    gap = max(((saved[k].float() - expected[k].float()).abs().max().item() for k in saved), default=0.0)
+    if gap != 0.0:
+        raise ExportError(f"the adapter read back from {adapter_dir} differs from the gathered weights by {gap:.2e}.")
+    return {"reload_gap": gap, "reload_tolerance": 0.0, "adapter_effect": None, "reload_check": "gathered weights"}
 
 
 def adapter_config(adapter_dir: str | Path) -> dict:

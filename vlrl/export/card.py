@@ -83,7 +83,11 @@ def write_model_card(adapter_dir: str | Path, stats: dict, *, run_dir: str | Pat
               (f"- lora_B: {stats['nonzero_lora_B']} of {stats['lora_B_tensors']} non-zero, all finite: "
                f"{stats['all_finite']}"),
               (f"- read back from disk: logit gap {stats['reload_gap']:.1e} vs the trained model "
-               f"(tolerance {tolerance:.0e}); base vs base + adapter: {stats['adapter_effect']:.2e}"), "",
+               f"(tolerance {tolerance:.0e}); base vs base + adapter: {stats['adapter_effect']:.2e}"
+               if stats.get("adapter_effect") is not None else
+               f"- read back from disk: equal to the LoRA weights gathered from every process (gap "
+               f"{stats['reload_gap']:.1e}); trained sharded (FSDP), so no one process held the model for a logit "
+               "check"), "",
               "## How to load", "", "```python", "from peft import PeftModel",
               "from transformers import AutoModelForImageTextToText, AutoProcessor", "",
               f'base = AutoModelForImageTextToText.from_pretrained("{base}")',
