@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vlrl import rewards  # noqa: E402
-from vlrl.cli import main  # noqa: E402
+from vlrl import rewards
+from vlrl.cli import main
 
 
 def _text(completion) -> str:
