@@ -131,6 +131,14 @@ BAD_FILES = [
     ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of per_device_train_batch_size", "e.g. 8"]),
     ("[training]\nrecipe = \"gspo-paper\"\ngeneration_batch_size = 8", ["gspo-paper", "remove one"]),
     ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
+    # the rollout/training mismatch correction: both problems of one section in one pass
+    ("[training]\nimportance_sampling_correction = \"tokens\"\nimportance_sampling_cap = 0.5",
+     ["importance_sampling_correction = 'tokens'", "Did you mean 'token'", "importance_sampling_cap = 0.5",
+      "at least 1"]),
+    ("[model]\nbackend = \"unsloth\"\n[training]\nimportance_sampling_correction = \"token\"",
+     ["importance_sampling_correction = 'token'", "transformers backend", 'backend = "auto"']),
+    ("[env]\nname = \"grid\"\n[training]\nimportance_sampling_correction = \"sequence\"",
+     ["importance_sampling_correction = 'sequence'", "single-turn", "episode loop"]),
     ("[training]\nreport_to = [\"none\", \"trackio\"]", ["report_to = ['none', 'trackio']", "mixes",
                                                     'report_to = "none"']),
 ]

@@ -58,6 +58,12 @@ class TrainingConfig:
     # generation_batch_size is this times the processes).
     generation_batch_size: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
+    # Generation and the training forward run different code paths (compiled static-cache decoding, 4-bit, bf16
+    # against eager with gradient checkpointing), so the sampled tokens' log-probs differ between them: vlrl.mismatch
+    # logs that every step, and "token" / "sequence" weight the loss by the truncated ratio pi_train / pi_rollout
+    # (TIS). "off" keeps the recipe as it was until the GPU measurement (issue 18) shows how large the mismatch is.
+    importance_sampling_correction: str = "off"  # off | token | sequence (transformers backend, single-turn runs)
+    importance_sampling_cap: float = 2.0  # the TIS truncation: RLinf's default, a documented starting point
     # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
     # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
     reward: str = "mathvista"
@@ -126,6 +132,7 @@ BACKENDS = ("auto", "unsloth", "transformers")
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
+CORRECTIONS = ("off", "token", "sequence")  # [training] importance_sampling_correction (vlrl.mismatch)
 REWARDS = ("mathvista", "symbolic")  # the reward sets of vlrl.rewards.reward_funcs
 # What transformers 5.17 accepts as report_to (its INTEGRATION_TO_CALLBACK, plus "all" and "none"); tests check it.
 TRACKERS = ("none", "all", "tensorboard", "trackio", "wandb", "mlflow", "comet_ml", "azure_ml", "neptune",

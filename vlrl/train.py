@@ -5,7 +5,9 @@ run directory with checkpoints and exact resume.
 grpo_config.json, saves a checkpoint (adapter, optimizer, scheduler and RNG state) every `save_steps`, and resumes
 from the last one, so a run killed mid-way and resumed ends where an uninterrupted one does. The degeneration monitor
 logs each step's share of `addCriterion`/newline-spam and clipped completions, and can stop the run
-(`[training] stop_on_degeneration`).
+(`[training] stop_on_degeneration`). On the transformers backend every step also logs the mismatch between the log-probs
+generation sampled with and the ones the loss trains with, and `[training] importance_sampling_correction` corrects
+the loss for it (`vlrl.mismatch`).
 
     vlrl train --config run.toml --run-dir runs/mine            # load, train, save the adapter (vlrl.run)
     vlrl train --run-dir runs/mine --resume                     # continue from the last checkpoint
@@ -17,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from vlrl import distributed, rewards
+from vlrl import distributed, mismatch, rewards
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
 from vlrl.model import backend_of
@@ -52,27 +54,35 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,
                   fast_generation: bool | None = None, callbacks=(), log=print):
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
-    arguments, metrics appended to the run's train_log.jsonl, and fast rollouts on the transformers backend."""
+    arguments, metrics appended to the run's train_log.jsonl, and on the transformers backend fast rollouts and the
+    rollout/training mismatch measured every step and corrected as `[training] importance_sampling_correction` says
+    (`vlrl.mismatch`)."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
-    run = RunDir.of(run)
+    run, t = RunDir.of(run), config.training
     args = grpo_args(config, run)
-    monitor = DegenerationMonitor(config.training.stop_on_degeneration, args.max_completion_length, log=log)
-    chosen = rewards.reward_funcs(symbolic=config.training.reward == "symbolic")  # [training] reward
+    monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
+    chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward
     reward_funcs = [monitor.watch(chosen[0]), *chosen[1:]]
-    trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                          processing_class=processor,
-                          callbacks=[monitor, JsonlLogger(run.train_log), *callbacks])
+    transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
+    trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
+    trainer = trainer_class(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
+                            processing_class=processor,
+                            callbacks=[monitor, JsonlLogger(run.train_log), *callbacks])
+    if transformers_backend:
+        trainer.importance_sampling_correction = t.importance_sampling_correction
+        trainer.importance_sampling_cap = t.importance_sampling_cap
+    else:
+        log("rollout/training mismatch: not measured on the Unsloth backend, which computes its own loss")
     trainer.degeneration_monitor = monitor
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     _point_trackers(trainer, run, log)
     if fast_generation is None:
-        fast_generation = config.training.fast_generation
-    if fast_generation and backend_of(model) == "transformers":  # Unsloth patches generation itself
-        enable_fast_generation(trainer, max_cache_len=config.data.max_prompt_tokens
-                               + config.training.max_completion_length)
+        fast_generation = t.fast_generation
+    if fast_generation and transformers_backend:
+        enable_fast_generation(trainer, max_cache_len=config.data.max_prompt_tokens + t.max_completion_length)
     return trainer
 
 
@@ -149,8 +159,11 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
 
     trainer = build_trainer(config, model, processor, train_dataset, run, log=log)
     backend = backend_of(model)
-    distributed.on_main(_write_resolved_args, trainer, run.grpo_config, backend=backend, recipe=config.training.recipe)
-    log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {config.training.recipe}; resolved settings "
+    t = config.training
+    distributed.on_main(_write_resolved_args, trainer, run.grpo_config, backend=backend, recipe=t.recipe,
+                        importance_sampling_correction=t.importance_sampling_correction,
+                        importance_sampling_cap=t.importance_sampling_cap)
+    log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {t.recipe}; resolved settings "
         f"in {run.grpo_config}")
     trainer.train(resume_from_checkpoint=str(last) if last else None)
     return trainer

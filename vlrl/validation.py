@@ -11,6 +11,7 @@ from vlrl.distributed import sharded_launch, world_size
 from vlrl.errors import ConfigError
 from vlrl.sections import (
     BACKENDS,
+    CORRECTIONS,
     EXPORT_FORMATS,
     LOCAL_MODELS,
     REWARDS,
@@ -107,6 +108,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if not 0 < e.temperature < 10:
         add(f"[eval] temperature = {e.temperature} must be in (0, 10); it samples the draws of [eval] samples "
             "(1.0: the policy itself, as in training).")
+    problems += _correction_problems(config)
     if not 0 <= t.stop_on_degeneration <= 1:
         add(f"[training] stop_on_degeneration = {t.stop_on_degeneration} is a share of completions: use 0 (never "
             "stop) or a value in (0, 1], e.g. 0.5.")
@@ -150,6 +152,29 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if unknown:
         add(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
             f"{', '.join(EXPORT_FORMATS)}.")
+    return problems
+
+
+def _correction_problems(config: RunConfig) -> list[str]:
+    """[training] importance_sampling_correction and its cap (vlrl.mismatch)."""
+    t, problems = config.training, []
+    if t.importance_sampling_correction not in CORRECTIONS:
+        problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} is unknown; "
+                        f'choose "off" (measure only), "token" or "sequence".'
+                        f"{did_you_mean(t.importance_sampling_correction, CORRECTIONS)}")
+    if not 1 <= t.importance_sampling_cap < math.inf:
+        problems.append(f"[training] importance_sampling_cap = {t.importance_sampling_cap} must be a finite number of "
+                        "at least 1: a cap below 1 also shrinks the tokens generation and training agree on (ratio 1); "
+                        "2 is RLinf's starting point.")
+    if t.importance_sampling_correction in ("token", "sequence"):
+        if config.model.backend == "unsloth":
+            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} needs the "
+                            'transformers backend: Unsloth computes its own loss. Set [model] backend = "auto", or '
+                            'importance_sampling_correction = "off".')
+        if config.env.name:
+            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} applies "
+                            f"to single-turn runs, and [env] name = {config.env.name!r} trains with vlrl's episode "
+                            'loop; set importance_sampling_correction = "off".')
     return problems
 
 

@@ -1,5 +1,5 @@
 """The plots of a run, as PNG files (matplotlib, no display): the before/after comparison with its intervals, and
-the training curves (reward parts, completion length, degeneration) from train_log.jsonl.
+the training curves (reward parts, completion length, degeneration, rollout/training mismatch) from train_log.jsonl.
 
     plot_comparison(compare(before, after), "runs/demo/plots/comparison.png")
     plot_training(read_records("runs/demo/train_log.jsonl"), "runs/demo/plots/training.png")
@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 REWARD_PREFIX, REWARD_SUFFIX = "rewards/", "/mean"  # TRL logs each reward function's mean as rewards/<name>/mean
+# vlrl.mismatch's numbers: how far generation's log-probs are from the training forward's (log scale)
+MISMATCH = {"sampling/rollout_train_kl": "KL(rollout || train)",
+            "sampling/sampling_logp_difference/mean": "mean |logp difference|"}
 
 
 def _pyplot():
@@ -98,7 +101,7 @@ def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]
     {'reward': ([1], [0.3]), 'rewards/format_reward/mean': ([1], [1.0])}
     """
     wanted = lambda key: (key == "reward" or (key.startswith(REWARD_PREFIX) and key.endswith(REWARD_SUFFIX))
-                          or key.startswith("completions/") or "degenera" in key)
+                          or key.startswith("completions/") or "degenera" in key or key in MISMATCH)
     series: dict[str, tuple[list, list]] = {}
     for row in log:
         for key, value in row.items():
@@ -110,7 +113,8 @@ def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]
 
 
 def plot_training(log: list[dict], path: str | Path) -> Path | None:
-    """Reward components, completion length and degeneration over training steps; None when nothing was logged.
+    """Reward components, completion length, degeneration and the rollout/training mismatch over training steps;
+    None when nothing was logged.
 
     Args:
         log: train_log.jsonl rows (TRL's logged metrics with their `step`).
@@ -122,7 +126,7 @@ def plot_training(log: list[dict], path: str | Path) -> Path | None:
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (rewards_ax, length_ax, degen_ax) = plt.subplots(1, 3, figsize=(12, 3.4), dpi=110)
+    fig, (rewards_ax, length_ax, degen_ax, mismatch_ax) = plt.subplots(1, 4, figsize=(16, 3.4), dpi=110)
     for key in sorted(k for k in series if k.startswith(REWARD_PREFIX)):
         rewards_ax.plot(*series[key], marker=".", label=key[len(REWARD_PREFIX):-len(REWARD_SUFFIX)])
     if "reward" in series:
@@ -145,9 +149,10 @@ def plot_training(log: list[dict], path: str | Path) -> Path | None:
                       transform=degen_ax.transAxes, fontsize=7, color="#b03030")
     degen_ax.set_ylim(-0.05, 1.05)
     degen_ax.set_title("degenerate / truncated share", fontsize=9)
+    _plot_mismatch(mismatch_ax, series)
     from matplotlib.ticker import MaxNLocator
 
-    for ax in (rewards_ax, length_ax, degen_ax):
+    for ax in (rewards_ax, length_ax, degen_ax, mismatch_ax):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -157,3 +162,20 @@ def plot_training(log: list[dict], path: str | Path) -> Path | None:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def _plot_mismatch(ax, series: dict) -> None:
+    """The rollout/training mismatch per step, log scale (on-policy it sits near float rounding, ~1e-13 on CPU; a
+    sampling path the loss does not know shows as 1e-2 and more). A value of exactly 0 has no place on it."""
+    drawn = False
+    for key, label in MISMATCH.items():
+        points = [(step, value) for step, value in zip(*series.get(key, ([], []))) if value > 0]
+        if points:
+            ax.plot(*zip(*points), marker=".", label=label)
+            drawn = True
+    if drawn:
+        ax.set_yscale("log")
+    else:
+        ax.text(0.02, 0.97, "rollout/training mismatch: not in train_log.jsonl", ha="left", va="top",
+                transform=ax.transAxes, fontsize=7, color="#555")
+    ax.set_title("rollout vs training log-probs", fontsize=9)

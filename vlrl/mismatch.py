@@ -1,0 +1,264 @@
+"""The rollout/training mismatch: the log-probability each sampled token had where generation drew it, against the
+one the loss trains with, measured every optimizer step and, when asked, corrected by truncated importance sampling.
+
+vlrl decodes through another code path than its training forward (compiled static-cache decoding in bf16 on 4-bit
+weights, against an eager forward with gradient checkpointing), while GSPO's on-policy ratio assumes both give the
+same distribution. RLinf saw a Qwen3-VL GRPO run's reward collapse without truncated importance sampling (TIS), and
+TRL corrects only vLLM rollouts. So on the transformers backend vlrl trains with `trainer_class(GRPOTrainer)`, which
+
+- records each sampled token's log-probability as generation computed it (`SampledLogps`: the last processor of
+  `generate`, after temperature, top-k and top-p, so it is the distribution actually sampled from), holding one
+  step's scores at a time: memory stays flat in completion length;
+- logs the mismatch against the training forward at the rollout's weights (`METRICS`), once per optimizer step;
+- with `[training] importance_sampling_correction = "token"` or `"sequence"`, weights each token's loss by the
+  truncated ratio min(pi_train / pi_rollout, importance_sampling_cap), detached (`tis_weights`).
+
+    >>> train, rollout, mask = torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2)
+    >>> tis_weights(train, rollout, mask, "token", cap=2.0)          # ratios e and 1; e is truncated to 2
+    tensor([[2., 1.]])
+    >>> tis_weights(train, rollout, mask, "sequence", cap=2.0)       # the geometric mean, e ** 0.5
+    tensor([[1.6487]])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+from transformers import LogitsProcessor
+
+# What the trainer adds to each logged step; delta = log pi_train - log pi_rollout of a sampled completion token.
+METRICS = {
+    "sampling/rollout_train_kl": "KL(rollout || train), the k3 estimator exp(delta) - 1 - delta, mean over tokens",
+    "sampling/sampling_logp_difference/mean": "mean |delta| over completion tokens (TRL's name for the same number)",
+    "sampling/sampling_logp_difference/max": "largest |delta|",
+    "sampling/train_rollout_ratio/mean": "mean per-token ratio pi_train / pi_rollout = exp(delta), before truncation",
+    "sampling/train_rollout_ratio/min": "smallest per-token ratio",
+    "sampling/train_rollout_ratio/max": "largest per-token ratio",
+    "sampling/train_rollout_ratio/above_cap": "share of tokens whose ratio exceeds importance_sampling_cap",
+    "sampling/importance_sampling_ratio/mean": "(correction on) mean weight applied: per token, or per sequence",
+    "sampling/importance_sampling_ratio/min": "(correction on) smallest weight applied",
+    "sampling/importance_sampling_ratio/max": "(correction on) largest weight applied (at most the cap)",
+}
+
+
+def tis_weights(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, level: str,
+                cap: float) -> torch.Tensor:
+    """The TIS weight of each token, or of each sequence: the ratio pi_train / pi_rollout truncated at `cap`.
+
+    Args:
+        train_logps, rollout_logps: (B, T) log-probs of the sampled tokens: the training forward's at the rollout's
+            weights, and generation's.
+        mask: (B, T), 1 on completion tokens.
+        level: "token" gives (B, T) weights; "sequence" gives (B, 1), from the geometric mean of the sequence's
+            token ratios, as GSPO's own sequence ratio is (TRL's vLLM "sequence_truncate" multiplies them, which
+            puts nearly every long completion at the cap or near 0).
+        cap: the truncation C (>= 1, so on-policy tokens keep weight 1).
+
+    Returns:
+        The weights, without gradient.
+    """
+    log_ratio = ((train_logps - rollout_logps) * mask).detach()
+    if level == "sequence":
+        log_ratio = log_ratio.sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+    elif level != "token":
+        raise ValueError(f"importance sampling level {level!r} is unknown; use 'token' or 'sequence'.")
+    return log_ratio.exp().clamp(max=cap)
+
+
+def mismatch_totals(train_logps: torch.Tensor, rollout_logps: torch.Tensor, mask: torch.Tensor, cap: float,
+                    weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One micro-batch's sums and extremes, which add (sums) and max (extremes) over the micro-batches of an
+    optimizer step and over processes; `mismatch_metrics` turns them into the logged numbers. In float64: the k3
+    estimator of two nearly equal distributions is a difference of nearly equal numbers."""
+    keep = mask.bool()
+    delta = (train_logps.detach() - rollout_logps).double()[keep]
+    ratio = delta.exp()
+    applied = torch.zeros(0, dtype=torch.float64, device=delta.device)
+    if weights is not None:
+        applied = (weights[keep] if weights.shape == mask.shape else weights.flatten()).double()
+    sums = torch.stack([_count(delta), (torch.expm1(delta) - delta).sum(), delta.abs().sum(), ratio.sum(),
+                        (ratio > cap).sum().double(), applied.sum(), _count(applied)])
+    extremes = torch.stack([_most(delta.abs()), _most(ratio), _most(-ratio), _most(applied), _most(-applied)])
+    return sums, extremes
+
+
+def _count(values: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(float(values.numel()), dtype=torch.float64, device=values.device)
+
+
+def _most(values: torch.Tensor) -> torch.Tensor:
+    return values.max() if values.numel() else torch.tensor(-torch.inf, dtype=values.dtype, device=values.device)
+
+
+def mismatch_metrics(sums: torch.Tensor, extremes: torch.Tensor) -> dict[str, float]:
+    """The logged numbers (`METRICS`) from the totals of `mismatch_totals`; {} when no token was seen.
+
+    >>> sums, extremes = mismatch_totals(torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2),
+    ...                                  cap=2.0)
+    >>> m = mismatch_metrics(sums, extremes)
+    >>> round(m["sampling/rollout_train_kl"], 4), m["sampling/train_rollout_ratio/above_cap"]
+    (0.3591, 0.5)
+    """
+    tokens, kl, difference, ratio, above_cap, applied, weighted = sums.tolist()
+    largest_difference, largest_ratio, smallest_ratio, largest_weight, smallest_weight = extremes.tolist()
+    if not tokens:
+        return {}
+    metrics = {
+        "sampling/rollout_train_kl": kl / tokens,
+        "sampling/sampling_logp_difference/mean": difference / tokens,
+        "sampling/sampling_logp_difference/max": largest_difference,
+        "sampling/train_rollout_ratio/mean": ratio / tokens,
+        "sampling/train_rollout_ratio/min": -smallest_ratio,
+        "sampling/train_rollout_ratio/max": largest_ratio,
+        "sampling/train_rollout_ratio/above_cap": above_cap / tokens,
+    }
+    if weighted:
+        metrics.update({"sampling/importance_sampling_ratio/mean": applied / weighted,
+                        "sampling/importance_sampling_ratio/min": -smallest_weight,
+                        "sampling/importance_sampling_ratio/max": largest_weight})
+    return metrics
+
+
+class SampledLogps(LogitsProcessor):
+    """Records the log-probability of every token `generate` samples, from the scores it samples them from.
+
+    It must be the last processor (`recording` puts it there): transformers adds a caller's processors before its
+    own temperature, top-k and top-p warpers. Each call sees the step's final scores and the tokens chosen so far,
+    so it keeps that step's scores and their log-normalizer until the next call names the token drawn from them;
+    the last step's token comes from the completion (`logps_of`). It never holds more than one step's scores.
+
+    >>> recorder, scores = SampledLogps(), torch.tensor([[1.0, 1.0, 2.0]]).log()    # probabilities 1/4, 1/4, 1/2
+    >>> _ = recorder(torch.tensor([[7]]), scores)           # step 0: prompt only
+    >>> _ = recorder(torch.tensor([[7, 2]]), scores)        # step 1: step 0 drew token 2
+    >>> [[round(x, 4) for x in row] for row in recorder.logps_of([[2, 0]])]   # step 1 drew token 0
+    [[-0.6931, -1.3863]]
+    """
+
+    def __init__(self):
+        self.chosen: list[torch.Tensor] = []  # per step, (B,): the log-prob of the token drawn at that step
+        self._scores = self._log_normalizer = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self._scores is not None:
+            self._take(input_ids[:, -1])
+        # the scores tensor itself, not a log-softmax copy: one reduction per step, and nothing after the last
+        # processor writes to it (generate only takes its softmax)
+        self._scores, self._log_normalizer = scores, torch.logsumexp(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        picked = self._scores.gather(1, tokens.to(self._scores.device).unsqueeze(1)).squeeze(1)
+        self.chosen.append(picked.float() - self._log_normalizer)
+        self._scores = self._log_normalizer = None
+
+    def logps_of(self, completion_ids: list[list[int]]) -> list[list[float]]:
+        """Each completion's per-token log-probs, one per token of `completion_ids` (generate's rows, in order,
+        each cut after its end-of-sequence token)."""
+        steps = max(map(len, completion_ids), default=0)
+        if len(self.chosen) < steps and self._scores is not None:  # the last step: no later call named its token
+            self._take(torch.tensor([ids[-1] if len(ids) == steps else 0 for ids in completion_ids]))
+        table = torch.stack(self.chosen, dim=1).tolist() if self.chosen else [[] for _ in completion_ids]
+        return [row[:len(ids)] for row, ids in zip(table, completion_ids, strict=True)]
+
+
+@contextlib.contextmanager
+def recording(model):
+    """Within the block, `model.generate` (a transformers or PEFT model) records each sampled token's log-prob in the
+    `SampledLogps` this yields, as the last of the processors generate builds for itself."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    recorder = SampledLogps()
+    own = vars(base).get("_get_logits_processor")
+    build = base._get_logits_processor
+
+    def with_recorder(*args, **kwargs):
+        processors = build(*args, **kwargs)
+        processors.append(recorder)
+        return processors
+
+    base._get_logits_processor = with_recorder
+    try:
+        yield recorder
+    finally:
+        if own is None:
+            del base._get_logits_processor  # the class's method again
+        else:
+            base._get_logits_processor = own
+
+
+class RolloutMismatch:
+    """Mixed into TRL's GRPOTrainer (`trainer_class`): generation returns each sampled token's log-prob, the loss
+    measures the mismatch and applies `importance_sampling_correction` ("off", "token" or "sequence") truncated at
+    `importance_sampling_cap`. With vLLM generation it stands aside: TRL records and corrects those rollouts itself.
+
+    Where the training log-probs come from: TRL computes them at the rollout's weights (`old_per_token_logps`) only
+    when a rollout spans optimizer steps; otherwise the loss's own forward runs at those weights, and its detached
+    log-probs are the same numbers, without another forward pass. So the correction happens inside TRL's loss: the
+    loss's forward is intercepted, and the weight folded into that batch's advantages, which TRL reads right after
+    it. TRL's per-token loss is linear in the advantage for a non-negative weight (min(r A w, clip(r) A w) =
+    w min(r A, clip(r) A)), so this is exactly multiplying each token's loss by its weight, as TRL's vLLM correction
+    does.
+    """
+
+    importance_sampling_correction = "off"
+    importance_sampling_cap = 2.0
+    _loss_inputs = None  # the batch whose loss is being computed, until its forward has run
+    _totals = None  # this optimizer step's (sums, extremes) so far
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self.use_vllm or self.use_transformers_continuous_batching:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                 has_tool_images)
+        with recording(self.accelerator.unwrap_model(self.model)) as recorder:
+            completion_ids, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                              has_tool_images)
+        return completion_ids, recorder.logps_of(completion_ids)
+
+    def _compute_loss(self, model, inputs):
+        if self.use_vllm or "sampling_per_token_logps" not in inputs:
+            return super()._compute_loss(model, inputs)
+        self._loss_inputs = dict(inputs)  # a copy: TRL hands the same buffered batch again when num_iterations > 1
+        try:
+            return super()._compute_loss(model, self._loss_inputs)
+        finally:
+            self._loss_inputs = None
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        inputs, self._loss_inputs = self._loss_inputs, None
+        if inputs is not None:  # the loss's own forward, at the current weights
+            self._correct(inputs, result[0].detach())
+        return result
+
+    def _correct(self, inputs: dict, current_logps: torch.Tensor) -> None:
+        mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)  # as TRL's loss masks (tool results out)
+        old = inputs.get("old_per_token_logps")
+        train = current_logps if old is None else old  # at the rollout's weights either way
+        rollout = inputs["sampling_per_token_logps"]
+        weights = None
+        if self.importance_sampling_correction != "off":
+            weights = tis_weights(train, rollout, mask, self.importance_sampling_correction,
+                                  self.importance_sampling_cap)
+            advantages = inputs["advantages"]
+            inputs["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * weights
+        if self.model.training:
+            self._add(mismatch_totals(train, rollout, mask, self.importance_sampling_cap, weights))
+
+    def _add(self, totals: tuple[torch.Tensor, torch.Tensor]) -> None:
+        if self._totals is not None:
+            totals = (self._totals[0] + totals[0], torch.maximum(self._totals[1], totals[1]))
+        self._totals = totals
+        if self.accelerator.sync_gradients:  # the optimizer step's last micro-batch: one value per step
+            sums = self.accelerator.reduce(totals[0], reduction="sum")
+            extremes = self.accelerator.gather(totals[1]).view(-1, totals[1].numel()).amax(dim=0)
+            for name, value in mismatch_metrics(sums, extremes).items():
+                self._metrics["train"][name].append(value)
+            self._totals = None
+
+
+@functools.cache
+def trainer_class(base: type) -> type:
+    """`base` (TRL's GRPOTrainer) with `RolloutMismatch` mixed in: what vlrl trains with on the transformers
+    backend. Unsloth's patched trainer computes its own loss and is used as it is."""
+    return type(f"RolloutChecked{base.__name__}", (RolloutMismatch, base), {"__module__": __name__})
