@@ -56,6 +56,9 @@ class TrainingConfig:
     # forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding throughput.
     generation_batch_size: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
+    # Thinking models (Qwen3-VL "-Thinking"): the most tokens a rollout thinks inside <think>...</think>; at the budget
+    # </think> is forced and the answer follows (vlrl.thinking). 0: no budget. Counted in max_completion_length.
+    thinking_budget: int = 0
     # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
     # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
     reward: str = "mathvista"
@@ -73,6 +76,7 @@ class EvalConfig:
     samples: int = 0
     temperature: float = 1.0  # of the sampled eval; the recipe samples at 1.0 in training
     seed: int = 0             # of the sampled eval's draws
+    thinking_budget: int = 0  # as [training] thinking_budget, for the evals' generations; counted in max_new_tokens
     # A separate eval set: every item of this source's split ("": [data]'s held-out items). [data] then trains on all
     # of its items but those sharing an id, a picture or a question and answer with an eval item (dropped, counted).
     source: str = ""

@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-from vlrl import distributed, rewards
+from vlrl import distributed, rewards, thinking
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
 from vlrl.model import backend_of
@@ -58,7 +58,9 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(config.training.stop_on_degeneration, args.max_completion_length, log=log)
     chosen = rewards.reward_funcs(symbolic=config.training.reward == "symbolic")  # [training] reward
-    reward_funcs = [monitor.watch(chosen[0]), *chosen[1:]]
+    # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
+    reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), *chosen[1:]], processor,
+                                          config.training.thinking_budget)
     trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                           processing_class=processor,
                           callbacks=[monitor, JsonlLogger(run.train_log), *callbacks])
@@ -67,6 +69,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     _point_trackers(trainer, run, log)
+    thinking.enable_budget(trainer, config.training.thinking_budget)  # [training] thinking_budget, per rollout
     if fast_generation is None:
         fast_generation = config.training.fast_generation
     if fast_generation and backend_of(model) == "transformers":  # Unsloth patches generation itself
