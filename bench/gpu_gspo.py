@@ -6,6 +6,8 @@ time per decoding step with the time to read the weights once at the measured de
 
     python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 256 --steps 4 --out $OUT/results
     python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 1024 --fast-generation --micro-batch 4
+    python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 1536 --fast-generation --micro-batch 4 \
+        --thinking-budget 1024    # the qwen3-vl-8b-thinking-mathvista shape: a thinking prompt, </think> at 1024
 
 Backends: unsloth4 (Unsloth FastVisionModel, 4-bit), bnb4 (transformers + PEFT + bitsandbytes 4-bit),
 bf16 (transformers + PEFT, bf16 weights). `--fast-generation` turns on vlrl's static-cache compiled decoding.
@@ -150,6 +152,9 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     t.max_completion_length, t.max_steps, t.learning_rate, t.save_steps = args.completion, args.steps, 5e-6, 10_000
     config.model.backend = "unsloth" if args.backend == "unsloth4" else "transformers"
     config.data.max_prompt_tokens = 512  # 512x512 image = 256 image tokens + the question: the static cache's budget
+    if args.thinking_budget:  # a Qwen3-VL-Thinking prompt (the turn opens <think>), the budget's processor per rollout
+        processor.chat_template = prompts.THINKING_CHAT_TEMPLATE
+        t.thinking_budget = args.thinking_budget
     items = synthetic.generate(8 * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
     dataset = prompts.to_dataset(items)
     timer, steps = Timer(), []
@@ -172,6 +177,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
+    cut = [r["thinking/cut_rate"] for r in trainer.state.log_history if "thinking/cut_rate" in r]
     after_warmup = steps[args.warmup:] or steps
     median = lambda xs: sorted(xs)[len(xs) // 2]
     gen = median([s.get("generation_s", 0.0) for s in after_warmup])
@@ -188,6 +194,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
         "decode_efficiency": bound / per_token,
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
+        "thinking_cut_rate": sum(cut) / len(cut) if cut else None,  # random weights never close a block themselves
     }
 
 
@@ -207,6 +214,8 @@ def main() -> None:
     p.add_argument("--fast-generation", action="store_true")
     p.add_argument("--micro-batch", type=int, choices=[1, 2, 4, 8], default=8,
                    help="completions per training forward (8: the recipe's per_device_train_batch_size)")
+    p.add_argument("--thinking-budget", type=int, default=0,
+                   help="a thinking chat template and [training] thinking_budget = N (0: an Instruct prompt)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = p.parse_args()
@@ -215,13 +224,14 @@ def main() -> None:
     started = time.time()
     result = bench_train(args, path, bandwidth)
     result.update(size=args.size, backend=args.backend, completion=args.completion, fast_generation=args.fast_generation,
-                  micro_batch=args.micro_batch,
+                  micro_batch=args.micro_batch, thinking_budget=args.thinking_budget,
                   gpu=torch.cuda.get_device_name(), copy_bandwidth_tb_s=bandwidth / 1e12,
                   wall_s=time.time() - started, torch=torch.__version__,
                   cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
     expandable = "expandable_segments:True" in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
     name = (f"gspo_{args.size}_{args.backend}{'_fast' if args.fast_generation else ''}_{args.completion}"
-            f"{'_expandable' if expandable else ''}{f'_micro{args.micro_batch}' if args.micro_batch != 8 else ''}.json")
+            f"{'_expandable' if expandable else ''}{f'_micro{args.micro_batch}' if args.micro_batch != 8 else ''}"
+            f"{f'_think{args.thinking_budget}' if args.thinking_budget else ''}.json")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / name).write_text(json.dumps(result, indent=2))
     keys = ("step_s", "generation_s", "reward_s", "training_s", "completion_tokens_per_s", "decode_ms_per_token_step",

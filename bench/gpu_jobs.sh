@@ -5,7 +5,8 @@
 # tiny-gpu: `vlrl train --preset tiny-gpu` (the Unsloth backend), started in the background;
 # learn:CONFIG: `vlrl run --config CONFIG`, then a sampled eval of the warm start and of the adapter, compared; all
 #   learn jobs run side by side (small models leave the GPU mostly idle), each packed into learn_NAME.tar.gz;
-# "SIZE BACKEND COMPLETION [fast] [microN]": one bench/gpu_gspo.py process, one after another, after the learn jobs.
+# "SIZE BACKEND COMPLETION [fast] [microN] [thinkN]": one bench/gpu_gspo.py process, one after another, after the
+#   learn jobs (thinkN: a thinking prompt under [training] thinking_budget = N).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD VLRL_CACHE=/tmp/vlrl-cache PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -53,13 +54,13 @@ done
 for job in "$@"; do
   case "$job" in tiny-gpu|learn:*) continue ;; esac
   set -- $job
-  start=$(date +%s) micro=8 fast=""
+  start=$(date +%s) micro=8 fast="" think=0
   for flag in "${@:4}"; do
-    case "$flag" in fast) fast=--fast-generation ;; micro*) micro=${flag#micro} ;; esac
+    case "$flag" in fast) fast=--fast-generation ;; micro*) micro=${flag#micro} ;; think*) think=${flag#think} ;; esac
   done
   name=$(echo "$job" | tr ' ' '_')
   timeout ${JOB_TIMEOUT:-300} python3 bench/gpu_gspo.py --size $1 --backend $2 --completion $3 --steps ${STEPS:-3} \
-    $fast --micro-batch $micro --out /tmp/results > /tmp/results/$name.log 2>&1
+    $fast --micro-batch $micro --thinking-budget $think --out /tmp/results > /tmp/results/$name.log 2>&1
   echo "== $name rc=$? $(( $(date +%s) - start ))s"; grep RESULT /tmp/results/$name.log || clean_log /tmp/results/$name.log 5
   tar -czf $OUT/bench.tar.gz -C /tmp --exclude=results/run results  # after each job: a call cut off keeps the rest
 done

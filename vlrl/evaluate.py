@@ -8,7 +8,13 @@ A record is one line of JSON. It carries the item's scoring columns, so it can b
 
     {id, question, gold, precision, question_type, choices, unit, answer_type, completion, prediction, correct,
      match, format_ok, format_reward, correctness_reward, reward, degeneration_ratio, degenerate, prompt_tokens,
-     completion_tokens, finish_reason, max_new_tokens, do_sample, temperature, samples, seed, metadata?}
+     completion_tokens, finish_reason, max_new_tokens, do_sample, temperature, samples, seed, thinking_budget,
+     thinking_tokens?, thinking_closed?, thinking_cut?, metadata?}
+
+With a thinking model (Qwen3-VL "-Thinking"), `completion` is the assistant's whole turn: when the chat template opens
+`<think>` in the prompt, that opening comes first, so a completion cut inside its thinking scores as no answer. The
+`thinking_*` fields (`vlrl.thinking.thinking_of`) are there when the completion has a thinking block: its tokens,
+whether `</think>` was written, and whether `thinking_budget` cut it.
 
 With `samples=K` (`vlrl eval --samples K`, `[eval] samples`) each item is sampled K times at the temperature, seeded,
 and its record also holds `draws`: the K completions with their scores (the top-level fields are the first draw's, so
@@ -23,7 +29,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vlrl import answers, rewards
+from vlrl import answers, rewards, thinking
 from vlrl.errors import EvalError
 from vlrl.prompts import row_images
 from vlrl.records import drop_torn_tail, read_records, save_images
@@ -94,8 +100,8 @@ def to_record(row: dict, completion: str, *, symbolic: bool = False, **generatio
 
 def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: int = 8, max_new_tokens: int = 1024,
              do_sample: bool = False, temperature: float = 1.0, samples: int = 0, seed: int = 0,
-             symbolic: bool = False, image_dir: str | Path | None = None, progress: bool = True,
-             log=None) -> list[dict]:
+             symbolic: bool = False, thinking_budget: int = 0, image_dir: str | Path | None = None,
+             progress: bool = True, log=None) -> list[dict]:
     """Generates for every row of `dataset` (TRL prompt rows) and appends one record per item to `output_path`.
 
     Items whose id is already in `output_path` are skipped, so an interrupted eval resumes where it stopped. Each
@@ -116,6 +122,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         seed: seeds the draws: each generate call seeds torch from (seed, its items' ids), so the same model,
             items and batch size give the same samples.
         symbolic: score with symbolic matching too, as the run's reward does (`[training] reward = "symbolic"`).
+        thinking_budget: B > 0 caps each completion's thinking at B tokens (`vlrl.thinking.ThinkingBudget`); 0: none.
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
         log: optional callable for a one-line summary (items, seconds, items/s, accuracy).
@@ -138,7 +145,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     do_sample = do_sample or samples > 0
     settings = {"max_new_tokens": max_new_tokens, "do_sample": do_sample,
                 "temperature": temperature if do_sample else None, "samples": samples,
-                "seed": seed if do_sample else None}
+                "seed": seed if do_sample else None, "thinking_budget": thinking_budget}
     drop_torn_tail(output_path)
     existing = read_records(output_path)
     _check_settings(existing, settings, output_path)
@@ -180,6 +187,9 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         accuracy = sum(r["correct"] for r in records) / len(records)
         drawn = (f"; pass@1 {sum(r['num_correct'] / samples for r in records) / len(records):.1%} over {samples} "
                  "samples per item") if samples else ""
+        if thinking_budget:
+            cut = sum(bool(r.get("thinking_cut")) for r in records)
+            drawn += f"; the thinking budget ({thinking_budget} tokens) cut {cut} of {len(records)} completions"
         log(f"eval: {len(todo)} items generated ({len(ids) - len(todo)} resumed from {output_path.name}) in "
             f"{seconds:.1f} s ({len(todo) / max(seconds, 1e-9):.2f} items/s); accuracy {accuracy:.1%}{drawn}")
     return records
@@ -204,6 +214,12 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings, symboli
     inputs = processor(text=texts, images=images or None, return_tensors="pt", padding=True).to(device)
     draws = max(1, settings["samples"])
     sampling = {"temperature": settings["temperature"], "num_return_sequences": draws} if settings["do_sample"] else {}
+    budget, think_ids = settings["thinking_budget"], thinking.think_ids(processor)
+    if budget:
+        from transformers import LogitsProcessorList
+
+        prompt_length = inputs["input_ids"].shape[1]
+        sampling["logits_processor"] = LogitsProcessorList([thinking.budget_processor(processor, budget, prompt_length)])
     if settings["do_sample"]:
         torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
     with torch.no_grad():
@@ -212,18 +228,21 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings, symboli
     new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()  # item i's draws are rows i*draws .. i*draws+draws-1
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     records = []
-    for index, (row, n_prompt) in enumerate(zip(batch, prompt_tokens)):
+    for index, (row, n_prompt, text) in enumerate(zip(batch, prompt_tokens, texts)):
+        turn_start = thinking.opening(text)  # the template's "<think>\n": the assistant's turn starts with it
         scored = []
         for tokens in new_tokens[index * draws:(index + 1) * draws]:
             ended = next((i for i, t in enumerate(tokens) if t in eos), None)
             kept = tokens[:ended] if ended is not None else tokens
-            completion = processor.tokenizer.decode(kept, skip_special_tokens=True)
+            completion = turn_start + processor.tokenizer.decode(kept, skip_special_tokens=True)
             scored.append({"completion": completion, **score(completion, row, symbolic=symbolic),
-                           "completion_tokens": len(kept), "finish_reason": "stop" if ended is not None else "length"})
+                           "completion_tokens": len(kept), "finish_reason": "stop" if ended is not None else "length",
+                           **thinking.thinking_of(kept, think_ids, opened=bool(turn_start), budget=budget)})
         first = scored[0]
+        generation = {k: v for k, v in first.items() if k in ("completion_tokens", "finish_reason")
+                      or k.startswith("thinking_")}
         record = to_record(row, first["completion"], symbolic=symbolic, prompt_tokens=int(n_prompt),
-                           completion_tokens=first["completion_tokens"], finish_reason=first["finish_reason"],
-                           **settings)
+                           **generation, **settings)
         if settings["samples"]:
             record.update(draws=scored, num_correct=sum(d["correct"] for d in scored))
         records.append(record)
@@ -253,7 +272,8 @@ def _is_jsonable(value) -> bool:
 
 def _check_settings(existing: list[dict], settings: dict, path: Path) -> None:
     """Resuming with other decoding settings would mix two evals in one file: refused, with the fix."""
-    defaults = {"samples": 0, "seed": None}  # records written before these settings existed: greedy or one draw
+    # records written before these settings existed: greedy or one draw, no thinking budget
+    defaults = {"samples": 0, "seed": None, "thinking_budget": 0}
     for record in existing:
         old = {k: record.get(k, defaults.get(k)) for k in settings}
         if any(k in record for k in settings) and old != settings:

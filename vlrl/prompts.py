@@ -35,8 +35,9 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-
-
+# Qwen3-VL-Thinking's generation prompt opens the thinking block: the model's turn starts inside `<think>` (vlrl.thinking).
+THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace("'<|im_start|>assistant\\n' }}{%- endif %}",
+                                               "'<|im_start|>assistant\\n<think>\\n' }}{%- endif %}")
 
 
 def question_text(row: dict) -> str:

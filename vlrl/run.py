@@ -140,6 +140,7 @@ def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Pa
         out = sharded_eval.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
                                     max_new_tokens=e.max_new_tokens, samples=samples, temperature=e.temperature,
                                     seed=e.seed, symbolic=config.training.reward == "symbolic",
+                                    thinking_budget=e.thinking_budget,
                                     image_dir=run.eval_images, log=log)
         records = records or out
     return records

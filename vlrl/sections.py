@@ -64,6 +64,9 @@ class TrainingConfig:
     # (TIS). "off" keeps the recipe as it was until the GPU measurement (issue 18) shows how large the mismatch is.
     importance_sampling_correction: str = "off"  # off | token | sequence (transformers backend, single-turn runs)
     importance_sampling_cap: float = 2.0  # the TIS truncation: RLinf's default, a documented starting point
+    # Thinking models (Qwen3-VL "-Thinking"): the most tokens a rollout thinks inside <think>...</think>; at the budget
+    # </think> is forced and the answer follows (vlrl.thinking). 0: no budget. Counted in max_completion_length.
+    thinking_budget: int = 0
     # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
     # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
     reward: str = "mathvista"
@@ -81,6 +84,7 @@ class EvalConfig:
     samples: int = 0
     temperature: float = 1.0  # of the sampled eval; the recipe samples at 1.0 in training
     seed: int = 0             # of the sampled eval's draws
+    thinking_budget: int = 0  # as [training] thinking_budget, for the evals' generations; counted in max_new_tokens
     # A separate eval set: every item of this source's split ("": [data]'s held-out items). [data] then trains on all
     # of its items but those sharing an id, a picture or a question and answer with an eval item (dropped, counted).
     source: str = ""

@@ -29,6 +29,9 @@ QWEN_SPECIAL_TOKENS = {  # id -> token, exactly as in Qwen3-VL's tokenizer.json
     151663: "<|repo_name|>", 151664: "<|file_sep|>", 151665: "<tool_response>", 151666: "</tool_response>",
     151667: "<think>", 151668: "</think>",
 }
+# Qwen3's tokenizer marks the tool-call, fill-in-the-middle and thinking tokens as not special, so decoding with
+# skip_special_tokens (as TRL does) keeps `<think>` and `</think>` in the text, where the rewards strip the thinking.
+QWEN_PLAIN_TOKENS = range(151657, 151669)
 # Qwen2/3's pre-tokenizer: single digits (\p{N}), unlike tiktoken's default \p{N}{1,3}.
 QWEN_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
                 r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
@@ -75,7 +78,9 @@ def build_tokenizer():
         raise RuntimeError(f"qwen.tiktoken has {backend.get_vocab_size()} ranks, expected {min(QWEN_SPECIAL_TOKENS)}")
     backend.normalizer = normalizers.NFC()
     # The known trap: Qwen2Tokenizer adds eos/pad itself and shifts ids unless the specials already sit at their ids.
-    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for _, t in sorted(QWEN_SPECIAL_TOKENS.items())])
+    for i, t in sorted(QWEN_SPECIAL_TOKENS.items()):  # in id order: each lands at the next id
+        token = AddedToken(t, special=i not in QWEN_PLAIN_TOKENS, normalized=False)
+        (backend.add_tokens if i in QWEN_PLAIN_TOKENS else backend.add_special_tokens)([token])
     tokenizer = Qwen2TokenizerFast(
         tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         bos_token=None, model_max_length=32768,
@@ -87,8 +92,9 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512):
-    """A `Qwen3VLProcessor` (Qwen3-VL's image settings: patch 16, merge 2, mean/std 0.5) around the tokenizer."""
+def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512, chat_template: str = CHAT_TEMPLATE):
+    """A `Qwen3VLProcessor` (Qwen3-VL's image settings: patch 16, merge 2, mean/std 0.5) around the tokenizer;
+    `chat_template=prompts.THINKING_CHAT_TEMPLATE` gives a Qwen3-VL-Thinking-style one (the prompt opens `<think>`)."""
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
     image_processor = Qwen2VLImageProcessor(
@@ -97,7 +103,7 @@ def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512):
     )
     video_processor = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2)
     return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer or build_tokenizer(),
-                            video_processor=video_processor, chat_template=CHAT_TEMPLATE)
+                            video_processor=video_processor, chat_template=chat_template)
 
 
 def tiny_config(size: str = "tiny"):

@@ -19,7 +19,7 @@ import json
 import shutil
 from pathlib import Path
 
-from vlrl import distributed, mismatch, rewards
+from vlrl import distributed, mismatch, rewards, thinking
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
 from vlrl.model import backend_of
@@ -63,7 +63,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
     chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward
-    reward_funcs = [monitor.watch(chosen[0]), *chosen[1:]]
+    # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
+    reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), *chosen[1:]], processor, t.thinking_budget)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
     trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
     trainer = trainer_class(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
@@ -79,6 +80,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     _point_trackers(trainer, run, log)
+    thinking.enable_budget(trainer, t.thinking_budget)  # [training] thinking_budget, per rollout
     if fast_generation is None:
         fast_generation = t.fast_generation
     if fast_generation and transformers_backend:

@@ -21,6 +21,8 @@ from vlrl.sections import (
     did_you_mean,
 )
 
+MIN_ANSWER_TOKENS = 16  # after a thinking budget: </think>, "\n\n" and the shortest tagged answer
+
 
 def validate(config: RunConfig, *, num_processes: int | None = None) -> None:
     """Raises one ConfigError listing every problem of `config` (see `problems_of`); returns None when it is sound."""
@@ -60,7 +62,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
                                 ("model", "warm_start_items", m.warm_start_items), ("data", "seed", d.seed),
                                 ("training", "seed", t.seed),
                                 ("training", "generation_batch_size", t.generation_batch_size),
-                                ("eval", "samples", e.samples), ("eval", "seed", e.seed)]:
+                                ("eval", "samples", e.samples), ("eval", "seed", e.seed),
+                                ("training", "thinking_budget", t.thinking_budget),
+                                ("eval", "thinking_budget", e.thinking_budget)]:
         if value < 0:
             add(f"[{section}] {key} = {value} must be 0 or more.")
     if not m.name_or_path.strip():
@@ -146,6 +150,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add(f"[model] max_seq_length = {m.max_seq_length} is shorter than [data] max_prompt_tokens "
                 f"({d.max_prompt_tokens}) + {name} ({budget}); raise max_seq_length to at least "
                 f"{d.max_prompt_tokens + budget} or lower {name.split()[-1]}.")
+    problems += _thinking_problems(config)
     problems += _tracker_problems(t.report_to)
     problems += _env_problems(config)
     unknown = [f for f in config.export.formats if f not in EXPORT_FORMATS]
@@ -211,6 +216,25 @@ def _env_problems(config: RunConfig) -> list[str]:
     if config.training.max_completion_length + 64 > config.model.max_seq_length:
         add(f"[model] max_seq_length = {config.model.max_seq_length} leaves no room for an episode's context after "
             f"[training] max_completion_length ({config.training.max_completion_length}) per turn; raise it.")
+    return problems
+
+
+def _thinking_problems(config: RunConfig) -> list[str]:
+    """A thinking budget leaves room in the completion for the forced `</think>` and an answer, in a single-turn run."""
+    t, e = config.training, config.eval
+    problems = []
+    for section, budget, name, length in (("training", t.thinking_budget, "max_completion_length",
+                                           t.max_completion_length),
+                                          ("eval", e.thinking_budget, "max_new_tokens", e.max_new_tokens)):
+        if budget > 0 and length - budget < MIN_ANSWER_TOKENS:
+            problems.append(
+                f"[{section}] {name} = {length} leaves {length - budget} tokens after thinking_budget = {budget}; the "
+                f"forced </think> and the answer need at least {MIN_ANSWER_TOKENS}. Raise {name} to "
+                f"{budget + MIN_ANSWER_TOKENS} or more (the answer's reasoning and solution blocks usually need "
+                "hundreds), or lower thinking_budget.")
+        if budget > 0 and config.env.name:
+            problems.append(f"[{section}] thinking_budget = {budget} applies to single-turn runs; episode runs "
+                            f"([env] name = {config.env.name!r}) generate without it. Set it to 0.")
     return problems
 
 
