@@ -217,6 +217,17 @@ def test_generation_batch_size_decodes_each_micro_batch_just_in_time(tmp_path):
     assert args.steps_per_generation == t.gradient_accumulation_steps
 
 
+def test_generation_batch_size_counts_each_process(tmp_path, monkeypatch):
+    """Per process: under 2 processes TRL is given twice the preset's 8, so each GPU still decodes 8 at once
+    (measured on 2 H200s: halving it per GPU would waste the second GPU on a per-step-bound decode)."""
+    from vlrl import distributed
+    from vlrl.train import grpo_args
+
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    args = grpo_args(cfg.preset("qwen3-vl-8b-mathvista"), tmp_path)
+    assert args.generation_batch_size == 16
+
+
 def test_tiny_gpu_preset_is_the_tiny_preset_on_unsloth():
     tiny, gpu = cfg.preset("tiny").to_dict(), cfg.preset("tiny-gpu").to_dict()
     assert gpu["model"].pop("backend") == "unsloth" and tiny["model"].pop("backend") == "auto"
