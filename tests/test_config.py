@@ -283,3 +283,13 @@ def test_reward_set_is_chosen_in_the_run_file(tmp_path):
     with pytest.raises(cfg.ConfigError, match="reward = 'symbolc'.*Did you mean 'symbolic'"):
         cfg.preset("tiny", overrides=["training.reward=symbolc"])
     assert [f.__name__ for f in rewards.reward_funcs(symbolic=True)][1] == "symbolic_correctness_reward"
+
+
+def test_optimizer_and_lora_targets_are_checked_and_sgd_widens_the_learning_rate():
+    config = cfg.preset("tiny", overrides=["model.lora_targets=head", "training.optim=sgd",
+                                           "training.learning_rate=5"])
+    cfg.validate(config, num_processes=1)  # SGD's step is lr x the clipped gradient: lr above 1 is fine
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.preset("tiny", overrides=["model.lora_targets=heads", "training.optim=sgdd", "training.learning_rate=5"])
+    for word in ("lora_targets = 'heads'", "optim = 'sgdd'", "learning_rate = 5.0 must be in (0, 1)"):
+        assert word in str(err.value), str(err.value)

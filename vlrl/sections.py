@@ -18,6 +18,10 @@ class ModelConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     train_projector: bool = False  # also LoRA on the vision->language merger (off: the recipe keeps vision fixed)
+    # Where the language model's LoRA goes (LORA_TARGETS): "layers", the attention and MLP projections (the recipe);
+    # "head", the output projection over the vocabulary alone (its rows of the action tokens move their logits
+    # directly: what the tiny model learns an action preference through); "layers+head", both
+    lora_targets: str = "layers"
     finetune_vision_layers: bool = False  # the vision tower stays frozen: RL signal is too sparse to retrain it
     backend: str = "auto"  # auto | unsloth | transformers
     warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
@@ -55,6 +59,9 @@ class TrainingConfig:
     # accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before its
     # forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding throughput.
     generation_batch_size: int = 0
+    # The optimizer (OPTIMIZERS): "" is the recipe's AdamW; "sgd", plain SGD, whose step follows the gradient's size
+    # (AdamW moves every weight by about the learning rate, the vocabulary rows of a LoRA head included)
+    optim: str = ""
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
     # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
@@ -123,6 +130,8 @@ BACKENDS = ("auto", "unsloth", "transformers")
 # The models vlrl builds and warm-starts itself (vlrl.tiny, vlrl.warmstart), by name -> size; tiny-small: the GPU
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
+LORA_TARGETS = ("layers", "head", "layers+head")
+OPTIMIZERS = ("", "sgd")
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
 REWARDS = ("mathvista", "symbolic")  # the reward sets of vlrl.rewards.reward_funcs
 # What transformers 5.17 accepts as report_to (its INTEGRATION_TO_CALLBACK, plus "all" and "none"); tests check it.

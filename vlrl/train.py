@@ -30,6 +30,8 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 
     run, t = RunDir.of(run), config.training
     rollout = {"generation_batch_size": t.generation_batch_size} if t.generation_batch_size else {}
+    if t.optim:  # else the recipe's AdamW
+        rollout["optim"] = t.optim
     args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
