@@ -68,6 +68,7 @@ def test_recipe_values_are_what_the_trainer_receives(tmp_path):
                                                                                  t.max_completion_length, t.max_steps)
     assert (args.save_steps, args.seed, args.output_dir) == (t.save_steps, t.seed, str(tmp_path / "checkpoints"))
     assert args.save_only_model is False  # checkpoints keep the optimizer and RNG state for --resume
+    assert grpo_args(cfg.preset("tiny", overrides=["training.optim=sgd"]), tmp_path).optim == "sgd"
 
 
 def test_trackers_are_the_integrations_transformers_reports_to():
