@@ -68,6 +68,7 @@ def test_recipe_values_are_what_the_trainer_receives(tmp_path):
                                                                                  t.max_completion_length, t.max_steps)
     assert (args.save_steps, args.seed, args.output_dir) == (t.save_steps, t.seed, str(tmp_path / "checkpoints"))
     assert args.save_only_model is False  # checkpoints keep the optimizer and RNG state for --resume
+    assert grpo_args(cfg.preset("tiny", overrides=["training.optim=sgd"]), tmp_path).optim == "sgd"
 
 
 def test_trackers_are_the_integrations_transformers_reports_to():
@@ -304,3 +305,13 @@ def test_reward_set_is_chosen_in_the_run_file(tmp_path):
     with pytest.raises(cfg.ConfigError, match="reward = 'symbolc'.*Did you mean 'symbolic'"):
         cfg.preset("tiny", overrides=["training.reward=symbolc"])
     assert [f.__name__ for f in rewards.reward_funcs(symbolic=True)][1] == "symbolic_correctness_reward"
+
+
+def test_optimizer_and_lora_targets_are_checked_and_sgd_widens_the_learning_rate():
+    config = cfg.preset("tiny", overrides=["model.lora_targets=head", "training.optim=sgd",
+                                           "training.learning_rate=5"])
+    cfg.validate(config, num_processes=1)  # SGD's step is lr x the clipped gradient: lr above 1 is fine
+    with pytest.raises(cfg.ConfigError) as err:
+        cfg.preset("tiny", overrides=["model.lora_targets=heads", "training.optim=sgdd", "training.learning_rate=5"])
+    for word in ("lora_targets = 'heads'", "optim = 'sgdd'", "learning_rate = 5.0 must be in (0, 1)"):
+        assert word in str(err.value), str(err.value)

@@ -210,7 +210,11 @@ def test_rollouts_count_drops_truncation_invalid_actions_and_failures(policy):
     assert s["invalid_actions"] == 9  # a random model names no action: every turn invalid, every episode goes on
     assert s["dropped_images"] == 3 * 2 and all(len(e.frames) == 4 for e in episodes)
     # a context budget that the third turn would overflow: the episode ends truncated, before the overflow
-    budget = episodes[0].turns[1]["context_tokens"] + 8
+    wide = Settings(max_turns=3, max_new_tokens=8, max_seq_length=4096, max_images_in_context=4)
+    torch.manual_seed(1)
+    full = play(model, processor, lambda: make("grid", size=3), [0], wide)[0]
+    budget = full.turns[2]["context_tokens"] + 8 - 1  # the same draws again (reseeded): one token too many
+    torch.manual_seed(1)
     short = play(model, processor, lambda: make("grid", size=3), [0],
                  Settings(max_turns=3, max_new_tokens=8, max_seq_length=budget, max_images_in_context=4))[0]
     assert short.status == "truncated" and len(short.turns) == 2

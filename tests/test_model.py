@@ -93,6 +93,12 @@ def test_lora_projector_and_vision_targets_when_asked(family, projector, request
     assert {"attn.qkv", "attn.proj"} <= {t.split(".", 4)[-1] for t in vision}
 
 
+def test_lora_targets_head_adapts_the_lm_head_alone_or_with_the_layers(tiny_qwen3):
+    layers = set(_targets(tiny_qwen3))
+    assert _targets(tiny_qwen3, language="head") == ["lm_head"]
+    assert set(_targets(tiny_qwen3, language="layers+head")) == layers | {"lm_head"}
+
+
 def test_unknown_family_is_an_error_naming_it(tiny_qwen3, monkeypatch):
     monkeypatch.delitem(model.FAMILIES, "qwen3_vl")
     with pytest.raises(ValueError, match="unsupported model family 'qwen3_vl'.*vlrl.model.FAMILIES"):

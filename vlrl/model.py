@@ -43,6 +43,7 @@ class LoraSettings:
     alpha: int = 16
     dropout: float = 0.0
     train_projector: bool = False  # also adapt the vision->language merger (off: the recipe keeps vision fixed)
+    targets: str = "layers"  # the language model's: "layers" (attention + MLP), "head" (lm_head), "layers+head"
     seed: int = 0  # seeds lora_A's initialization, so one run file always starts from the same adapter
 
 
@@ -55,8 +56,10 @@ def family_of(model) -> str:
     return family
 
 
-def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_layers: bool = False) -> str:
-    """A PEFT `target_modules` regex: the language model's attention and MLP projections (+ projector / vision).
+def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_layers: bool = False,
+                      language: str = "layers") -> str:
+    """A PEFT `target_modules` regex: the language model's attention and MLP projections (+ projector / vision);
+    `language` = "head" adapts its output projection (`lm_head`) instead, "layers+head" both.
 
     Both backends receive this same regex, so a run adapts the same modules on Unsloth and on transformers. Every
     part must match at least one Linear layer of `model`; a path in `FAMILIES` that does not is a ValueError naming
@@ -72,8 +75,14 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
             raise ValueError(f"{type(model).__name__} has no module {table[role]!r}, where vlrl.model.FAMILIES says "
                              f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
     vision = re.escape(table["vision_tower"])
-    parts = {"language_model": rf"{re.escape(table['language_model'])}\.layers\.\d+\.(self_attn|mlp)\."
-                               rf"({'|'.join(LANGUAGE_TARGETS)})"}
+    parts = {}
+    if language in ("layers", "layers+head"):
+        parts["language_model"] = (rf"{re.escape(table['language_model'])}\.layers\.\d+\.(self_attn|mlp)\."
+                                   rf"({'|'.join(LANGUAGE_TARGETS)})")
+    if language in ("head", "layers+head"):
+        parts["head"] = "lm_head"
+    if not parts:
+        raise ValueError(f"language = {language!r}: choose layers, head or layers+head.")
     if train_projector:
         parts["projector"] = rf"{vision}\.{table['projector']}"
     if finetune_vision_layers:
@@ -280,7 +289,7 @@ def add_lora(model, lora: LoraSettings, *, finetune_vision_layers: bool = False,
     import torch
 
     targets = lora_target_regex(model, train_projector=lora.train_projector,
-                                finetune_vision_layers=finetune_vision_layers)
+                                finetune_vision_layers=finetune_vision_layers, language=lora.targets)
     if backend == "unsloth":
         from unsloth import FastVisionModel
 

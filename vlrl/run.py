@@ -53,7 +53,8 @@ def wrap_lora(config: RunConfig, base):
     """`base` LoRA-wrapped as [model] says: the language model adapted, the vision tower frozen unless asked."""
     m = config.model
     return model.add_lora(base, model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                                                   train_projector=m.train_projector, seed=config.training.seed),
+                                                   train_projector=m.train_projector, targets=m.lora_targets,
+                                                   seed=config.training.seed),
                           finetune_vision_layers=m.finetune_vision_layers, backend=model.choose_backend(m.backend))
 
 

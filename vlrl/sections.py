@@ -18,6 +18,10 @@ class ModelConfig:
     lora_alpha: int = 16
     lora_dropout: float = 0.0
     train_projector: bool = False  # also LoRA on the vision->language merger (off: the recipe keeps vision fixed)
+    # Where the language model's LoRA goes (LORA_TARGETS): "layers", the attention and MLP projections (the recipe);
+    # "head", the output projection over the vocabulary alone (its rows of the action tokens move their logits
+    # directly: what the tiny model learns an action preference through); "layers+head", both
+    lora_targets: str = "layers"
     finetune_vision_layers: bool = False  # the vision tower stays frozen: RL signal is too sparse to retrain it
     backend: str = "auto"  # auto | unsloth | transformers
     warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
@@ -57,6 +61,9 @@ class TrainingConfig:
     # throughput. Per process, so a preset decodes as many at once on each of N GPUs as on one (TRL's own
     # generation_batch_size is this times the processes).
     generation_batch_size: int = 0
+    # The optimizer (OPTIMIZERS): "" is the recipe's AdamW; "sgd", plain SGD, whose step follows the gradient's size
+    # (AdamW moves every weight by about the learning rate, the vocabulary rows of a LoRA head included)
+    optim: str = ""
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     # Generation and the training forward run different code paths (compiled static-cache decoding, 4-bit, bf16
     # against eager with gradient checkpointing), so the sampled tokens' log-probs differ between them: vlrl.mismatch
@@ -135,6 +142,8 @@ BACKENDS = ("auto", "unsloth", "transformers")
 # The models vlrl builds and warm-starts itself (vlrl.tiny, vlrl.warmstart), by name -> size; tiny-small: the GPU
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
+LORA_TARGETS = ("layers", "head", "layers+head")
+OPTIMIZERS = ("", "sgd")
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
 CORRECTIONS = ("off", "token", "sequence")  # [training] importance_sampling_correction (vlrl.mismatch)
 REWARDS = ("mathvista", "symbolic")  # the reward sets of vlrl.rewards.reward_funcs

@@ -31,15 +31,18 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
     """The `trl.GRPOConfig` for a RunConfig: the recipe from `vlrl.recipe.gspo_config`, the run's own sizes."""
 
     run, t = RunDir.of(run), config.training
-    # vlrl's generation_batch_size is per process; TRL's counts every process's completions
-    rollout = {"generation_batch_size": t.generation_batch_size * distributed.world_size()} if t.generation_batch_size else {}
+    extra = {}
+    if t.generation_batch_size:  # vlrl's is per process; TRL's counts every process's completions
+        extra["generation_batch_size"] = t.generation_batch_size * distributed.world_size()
+    if t.optim:  # else the recipe's AdamW
+        extra["optim"] = t.optim
     args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
         gradient_accumulation_steps=t.gradient_accumulation_steps, num_generations=t.num_generations,
         max_completion_length=t.max_completion_length, num_train_epochs=t.num_train_epochs, max_steps=t.max_steps,
         temperature=t.temperature, logging_steps=t.logging_steps, save_strategy="steps", save_steps=t.save_steps,
-        seed=t.seed, data_seed=t.seed, report_to=t.report_to, project="vlrl", run_name=run.path.name, **rollout,
+        seed=t.seed, data_seed=t.seed, report_to=t.report_to, project="vlrl", run_name=run.path.name, **extra,
     )
     if args.device.type == "cpu" and args.device.index is not None:
         # Under several CPU processes accelerate puts process k on "cpu:k", which transformers passes to torch.load

@@ -14,6 +14,8 @@ from vlrl.sections import (
     CORRECTIONS,
     EXPORT_FORMATS,
     LOCAL_MODELS,
+    LORA_TARGETS,
+    OPTIMIZERS,
     REWARDS,
     TRACKERS,
     RunConfig,
@@ -92,11 +94,15 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
                 f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
                 "this model needs a cold start.")
     problems += _batch_problems(t, processes)
-    if not 0 < t.learning_rate < 1:
-        add(f"[training] learning_rate = {t.learning_rate} must be in (0, 1); the recipe uses 5e-6.")
-    if t.recipe not in RECIPES:
-        add(f"[training] recipe = {t.recipe!r} is unknown; choose one of {', '.join(RECIPES)}."
-            f"{did_you_mean(t.recipe, RECIPES)}")
+    for section, key, value, choices in (("model", "lora_targets", m.lora_targets, LORA_TARGETS),
+                                         ("training", "optim", t.optim, OPTIMIZERS),
+                                         ("training", "recipe", t.recipe, RECIPES)):
+        if value not in choices:
+            add(f"[{section}] {key} = {value!r} is unknown; choose one of {', '.join(map(repr, choices))}."
+                f"{did_you_mean(value, choices)}")
+    top = 100 if t.optim == "sgd" else 1  # SGD's step is the learning rate times the (clipped) gradient
+    if not 0 < t.learning_rate < top:
+        add(f"[training] learning_rate = {t.learning_rate} must be in (0, {top}); the recipe uses 5e-6.")
     if t.reward not in REWARDS:
         add(f"[training] reward = {t.reward!r} is unknown; choose \"mathvista\" (MathVista's string and number "
             f"rules) or \"symbolic\" (also equivalent expressions, for geo3k).{did_you_mean(t.reward, REWARDS)}")

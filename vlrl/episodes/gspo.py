@@ -199,7 +199,8 @@ def train(config, policy, processor, make_env, run, train_seeds: list[int], sett
     t = config.training
     steps = total_steps(config)
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=0.0)
+    optimizer = (torch.optim.SGD(params, lr=t.learning_rate) if t.optim == "sgd"
+                 else torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=0.0))
     schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
     done = _resume(policy, optimizer, schedule, run.checkpoints, log)
     max_grad_norm = gspo_values(t.recipe)["max_grad_norm"]
