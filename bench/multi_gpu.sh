@@ -6,8 +6,10 @@
 # checkpoint), the data (real layouts, pictures at real sizes: bench/rehearsal_data.py) and max_steps changed, through
 # bench/rehearsal_cli.py: the CLI plus a reward random completions earn, so the steps train (random weights score 0).
 # Per-GPU memory: nvidia-smi sampled every 0.5 s during each job (peak used, the CUDA context included). Results:
-# $OUT/<job>.tar.gz (train_log.jsonl, grpo_config.json, the log, the memory samples); bench/multi_gpu_table.py reads
-# them. NVLink multicast stays off: NCCL_NVLS_ENABLE and the others are left as the machine sets them.
+# $OUT/<job>.tar.gz (train_log.jsonl, grpo_config.json, the log, the memory samples; no weights: a file must stay
+# under 16 MiB), and each step's time, completion length and reward printed after its job, which
+# bench/results/multi_gpu.md was written from. NVLink multicast stays off: NCCL_NVLS_ENABLE and the others are left
+# as the machine sets them.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD VLRL_CACHE=/tmp/vlrl-cache PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
