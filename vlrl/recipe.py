@@ -8,6 +8,7 @@ defaults differ stated explicitly (`BACKEND_DEFAULTS`), so a run means the same 
 
 from __future__ import annotations
 
+from vlrl.distributed import sharded_launch
 from vlrl.errors import ConfigError
 
 # The two objectives, side by side (docs/training.md explains the difference). Every value is passed explicitly,
@@ -87,7 +88,7 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         warmup_steps=0.1,  # a fraction below 1 is a ratio of the total steps (transformers 5); Unsloth's default
         # 8-bit states: ~6 bytes/param less. Not under FSDP/ZeRO-3: bitsandbytes' update cannot take sharded
         # (DTensor) parameters, which failed on 2 H200s (bench/results/multi_gpu.md)
-        optim="adamw_8bit" if cuda and _has_bitsandbytes() and not _sharded() else "adamw_torch",
+        optim="adamw_8bit" if cuda and _has_bitsandbytes() and not sharded_launch() else "adamw_torch",
         weight_decay=0.1,  # Unsloth's GSPO notebook value (TRL 0.0, Unsloth 0.001: stated, so both agree)
         per_device_train_batch_size=8,
         gradient_accumulation_steps=4,  # 8 x 4 = 32 completions per optimizer step = 8 prompts x 4 generations
@@ -139,12 +140,6 @@ def gspo_config(output_dir: str = "runs/gspo", recipe: str = "gspo", **overrides
     from trl import GRPOConfig
 
     return GRPOConfig(**gspo_values(recipe, output_dir=output_dir, **overrides))
-
-
-def _sharded() -> bool:
-    from vlrl.distributed import sharded_launch
-
-    return sharded_launch() is not None
 
 
 def _has_bitsandbytes() -> bool:

@@ -96,7 +96,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     problems += _batch_problems(t, processes)
     for section, key, value, choices in (("model", "lora_targets", m.lora_targets, LORA_TARGETS),
                                          ("training", "optim", t.optim, OPTIMIZERS),
-                                         ("training", "recipe", t.recipe, RECIPES)):
+                                         ("training", "recipe", t.recipe, RECIPES),
+                                         ("training", "importance_sampling_correction",
+                                          t.importance_sampling_correction, CORRECTIONS)):
         if value not in choices:
             add(f"[{section}] {key} = {value!r} is unknown; choose one of {', '.join(map(repr, choices))}."
                 f"{did_you_mean(value, choices)}")
@@ -167,12 +169,8 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
 
 
 def _correction_problems(config: RunConfig) -> list[str]:
-    """[training] importance_sampling_correction and its cap (vlrl.mismatch)."""
-    t, problems = config.training, []
-    if t.importance_sampling_correction not in CORRECTIONS:
-        problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} is unknown; "
-                        f'choose "off" (measure only), "token" or "sequence".'
-                        f"{did_you_mean(t.importance_sampling_correction, CORRECTIONS)}")
+    """[training] importance_sampling_correction's cap, and the runs a correction applies to (vlrl.mismatch)."""
+    t, problems = config.training, []  # an unknown mode is reported with the other unknown choices
     if not 1 <= t.importance_sampling_cap < math.inf:
         problems.append(f"[training] importance_sampling_cap = {t.importance_sampling_cap} must be a finite number of "
                         "at least 1: a cap below 1 also shrinks the tokens generation and training agree on (ratio 1); "
