@@ -8,9 +8,7 @@
 # "SIZE BACKEND COMPLETION [fast] [microN] [thinkN]": one bench/gpu_gspo.py process, one after another, after the
 #   learn jobs (thinkN: a thinking prompt under [training] thinking_budget = N).
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD VLRL_CACHE=/tmp/vlrl-cache PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-mkdir -p /tmp/results
+source bench/device_setup.sh
 
 clean_log() {  # progress bars and per-step dicts out: what is left fits in output_tail
   tr '\r' '\n' < "$1" | grep -v "it/s\]\|s/it\]\|item/s\]\|step/s\]\|s/step\]\|examples/s\]\|^\s*$\|^{'loss\|Warning\|warn(" | tail -${2:-8}
@@ -24,7 +22,8 @@ learn() {  # learn CONFIG: one learning run, its sampled evals and comparison, p
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
   timeout ${LEARN_TIMEOUT:-480} python3 -m vlrl run --config "$config" --run-dir "$dir" > /tmp/results/$name.log 2>&1
   local rc=$?
-  if [ -f "$dir/adapter/adapter_config.json" ]; then  # the same held-out items, sampled at temperature 1, seed 0
+  # the same held-out items, sampled at temperature 1, seed 0 (a run file with [eval] samples has them already)
+  if [ -f "$dir/adapter/adapter_config.json" ] && ! grep -q "^samples = [1-9]" "$config"; then
     python3 -m vlrl eval "$dir" --sample --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1
     python3 -m vlrl eval "$dir" --sample --adapter "$dir/adapter" --output "$dir/eval_adapter_sampled.jsonl" \
       >> /tmp/results/$name.log 2>&1

@@ -1,4 +1,5 @@
-"""The vlrl CLI, unchanged, with one addition for random-weight rehearsals: a reward that random completions earn.
+"""The vlrl CLI, unchanged, with two additions for random-weight rehearsals: a reward that random completions earn,
+and a clock on the stages of `vlrl run` (with VLRL_STAGES=FILE).
 
     python bench/rehearsal_cli.py train --preset qwen3-vl-2b-mathvista --set model.name_or_path=/tmp/ckpt/... ...
     accelerate launch --config_file vlrl/accelerate_configs/fsdp.yaml bench/rehearsal_cli.py train ...
@@ -8,17 +9,25 @@ completion, every advantage is 0, GSPO's gradient is 0 and `vlrl train` rightly 
 the correctness reward also pays the share of a completion's characters that are ASCII letters (0 to 1), which differs
 between random completions of one prompt: the steps then train the LoRA weights for real (non-zero gradients, Adam
 updates, a non-zero adapter to save and verify), at the same cost per step as the preset's own rewards.
+
+With VLRL_STAGES=FILE, each stage `vlrl run` announces (its "=== 1/6 model ..." banners) is timed, with the CUDA
+allocator's peak allocated and reserved memory within it, and FILE gets them as JSON when the process ends.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import json
+import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from vlrl import rewards
+from vlrl import run as run_stages
 from vlrl.cli import main
 
 
@@ -41,6 +50,43 @@ def with_letter_share(correctness):
 _preset_rewards = rewards.reward_funcs
 rewards.reward_funcs = lambda symbolic=False: [f if i == 0 else with_letter_share(f)
                                                 for i, f in enumerate(_preset_rewards(symbolic))]
+
+
+
+class StageClock:
+    """Wall time and peak CUDA memory of each stage between `vlrl.run.banner` calls, written to `path` at exit."""
+
+    def __init__(self, path: str):
+        self.path, self.stages, self.current, self.started = path, [], None, time.time()
+        self.banner = run_stages.banner
+        run_stages.banner = self.mark
+        atexit.register(self.close)
+
+    def mark(self, text: str, log=print) -> None:
+        self.close(final=False)
+        self.current = (text, time.time())
+        self.banner(text, log)
+
+    def close(self, final: bool = True) -> None:
+        import torch
+
+        if self.current is not None:
+            text, started = self.current
+            stage = {"stage": text, "seconds": round(time.time() - started, 2)}
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+                stage.update(peak_allocated_gib=round(torch.cuda.max_memory_allocated() / 2**30, 2),
+                             peak_reserved_gib=round(torch.cuda.max_memory_reserved() / 2**30, 2))
+                torch.cuda.reset_peak_memory_stats()
+            self.stages.append(stage)
+            self.current = None
+        if final:
+            Path(self.path).write_text(json.dumps({"stages": self.stages,
+                                                   "process_s": round(time.time() - self.started, 2)}, indent=2))
+
+
+if os.environ.get("VLRL_STAGES"):
+    StageClock(os.environ["VLRL_STAGES"])
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,7 @@
 """Data for a GPU rehearsal, in the real layouts at the real sizes, with generated pictures (nothing downloaded).
 
     python bench/rehearsal_data.py mathvista DIR           # MathVista testmini: its 1,000 real annotations
+    python bench/rehearsal_data.py mathvista DIR --items 16  # 16 of them, spread evenly (a rehearsal's short eval)
     python bench/rehearsal_data.py virl39k DIR [--items N]  # ViRL39K's layout: N rows (default 38,870, the release's)
 
 MathVista: `DIR/testmini.jsonl` holds the real annotations of ../shared/data (question, choices, unit, precision,
@@ -51,8 +52,10 @@ def sizes(items: list[dict]) -> list[tuple[int, int]]:
     return [(int(i["metadata"]["img_width"]), int(i["metadata"]["img_height"])) for i in items]
 
 
-def mathvista(out: Path, workers: int) -> None:
+def mathvista(out: Path, workers: int, count: int | None = None) -> None:
     items = annotations()
+    if count:  # every k-th item: the subset keeps the spread of picture sizes and question types
+        items = items[::max(1, len(items) // count)][:count]
     (out / "images").mkdir(parents=True, exist_ok=True)
     with (out / "testmini.jsonl").open("w", encoding="utf-8") as f:
         for item in items:
@@ -92,13 +95,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["mathvista", "virl39k"])
     parser.add_argument("out", type=Path)
-    parser.add_argument("--items", type=int, default=VIRL39K_ITEMS)
+    parser.add_argument("--items", type=int, default=None,
+                        help=f"virl39k: rows (default {VIRL39K_ITEMS:,}); mathvista: a subset (default all 1,000)")
     parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
     if args.what == "mathvista":
-        mathvista(args.out, args.workers)
+        mathvista(args.out, args.workers, args.items)
     else:
-        virl39k(args.out, args.items, args.workers)
+        virl39k(args.out, args.items or VIRL39K_ITEMS, args.workers)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,20 @@ def test_filter_drops_whole_prompts_and_counts_them(processor):
         assert image_tokens(processor, row) == 4 and prompts.prompt_tokens(processor, row) <= limit
     same, none = prompts.filter_by_length(prompt_rows, processor, max(lengths))
     assert none == 0 and len(same) == len(prompt_rows)
+    # each kept prompt's measured length travels with it: fast rollouts size their KV cache from the longest
+    assert kept["prompt_tokens"] == [n for n in lengths if n <= limit] and same["prompt_tokens"] == lengths
+    assert prompts.longest_prompt(kept) == limit and prompts.longest_prompt(prompt_rows) is None
+    again, _ = prompts.filter_by_length(kept, processor, limit)  # filtered twice: one column, measured again
+    assert again.column_names.count("prompt_tokens") == 1 and again["prompt_tokens"] == kept["prompt_tokens"]
+
+
+def test_decoding_cache_is_sized_to_the_longest_prompt(processor):
+    rows = prompts.to_dataset(synthetic.generate(4, image_size=64))
+    kept, _ = prompts.filter_by_length(rows, processor, 1024)
+    longest = max(kept["prompt_tokens"])
+    assert prompts.cache_length(kept, 1024, 256) == -(-longest // 64) * 64 + 256 < 1024 + 256
+    assert prompts.cache_length(kept, longest, 256) == longest + 256  # never past the prompt budget
+    assert prompts.cache_length(rows, 1024, 256) == 1024 + 256  # not measured: the prompt budget
 
 
 def test_length_meter_matches_the_processor(processor):

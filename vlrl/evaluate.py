@@ -31,6 +31,7 @@ from pathlib import Path
 
 from vlrl import answers, rewards, thinking
 from vlrl.errors import EvalError
+from vlrl.model import compiled_decoding
 from vlrl.prompts import row_images
 from vlrl.records import drop_torn_tail, read_records, save_images
 
@@ -100,8 +101,8 @@ def to_record(row: dict, completion: str, *, symbolic: bool = False, **generatio
 
 def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: int = 8, max_new_tokens: int = 1024,
              do_sample: bool = False, temperature: float = 1.0, samples: int = 0, seed: int = 0,
-             symbolic: bool = False, thinking_budget: int = 0, image_dir: str | Path | None = None,
-             progress: bool = True, log=None) -> list[dict]:
+             symbolic: bool = False, thinking_budget: int = 0, cache_length: int = 0,
+             image_dir: str | Path | None = None, progress: bool = True, log=None) -> list[dict]:
     """Generates for every row of `dataset` (TRL prompt rows) and appends one record per item to `output_path`.
 
     Items whose id is already in `output_path` are skipped, so an interrupted eval resumes where it stopped. Each
@@ -123,6 +124,9 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
             items and batch size give the same samples.
         symbolic: score with symbolic matching too, as the run's reward does (`[training] reward = "symbolic"`).
         thinking_budget: B > 0 caps each completion's thinking at B tokens (`vlrl.thinking.ThinkingBudget`); 0: none.
+        cache_length: on a CUDA GPU, decode with a static KV cache of this many tokens (the longest prompt plus
+            max_new_tokens, or more) and compiled decoding, as training rollouts do; 0: a dynamic cache, eager.
+            The records are the same either way, up to floating-point noise.
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
         log: optional callable for a one-line summary (items, seconds, items/s, accuracy).
@@ -160,6 +164,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     eos = sorted(t for t in eos if isinstance(t, int) and t >= 0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     device = next(model.parameters()).device
+    fast = compiled_decoding(model, cache_length)
     was_training = model.training
     model.eval()
     started = time.time()
@@ -169,7 +174,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         for start in range(0, len(todo), items_per_call):
             batch = todo[start:start + items_per_call]
             lines = [json.dumps(r) + "\n"
-                     for r in _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic)]
+                     for r in _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic, fast)]
             if image_dir is not None:
                 for row in batch:
                     save_images(row, image_dir)
@@ -205,7 +210,8 @@ def check_unique_ids(ids) -> None:
                         "needs its own. Deduplicate the rows before evaluating.")
 
 
-def _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic: bool) -> list[dict]:
+def _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic: bool,
+                    fast: dict) -> list[dict]:
     import torch
 
     texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in batch]
@@ -224,7 +230,7 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings, symboli
         torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=settings["max_new_tokens"], do_sample=settings["do_sample"],
-                             top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad, **sampling)
+                             top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad, **sampling, **fast)
     new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()  # item i's draws are rows i*draws .. i*draws+draws-1
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     records = []

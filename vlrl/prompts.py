@@ -163,6 +163,9 @@ def prompt_tokens(processor, row: dict) -> int:
     return int(inputs["input_ids"].shape[1])
 
 
+LENGTH_COLUMN = "prompt_tokens"  # each prompt's measured length, set by filter_by_length
+
+
 class LengthMeter:
     """`prompt_tokens`, fast: the processor runs on the first two prompts with each image size; after that a prompt
     costs one tokenizer call plus the image tokens learned for its sizes.
@@ -232,19 +235,45 @@ def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report=None,
         part: "train", "eval", ...
 
     Returns:
-        (kept dataset, number dropped).
+        (kept dataset, number dropped). A `datasets.Dataset` comes back with a `prompt_tokens` column: each kept
+        prompt's measured length, from which fast decoding sizes its KV cache (`cache_length`).
     """
     meter = LengthMeter(processor)
-    keep = []
+    keep, lengths = [], []
     rows = undecoded(dataset) if hasattr(dataset, "features") else dataset  # sizes come from headers: no decoding
     for index, row in enumerate(rows):
         length = meter(row)
         if length <= max_prompt_tokens:
             keep.append(index)
+            lengths.append(length)
         elif report is not None:
             report.skip("too_long", row["id"], f"{length} prompt tokens > {max_prompt_tokens}")
     dropped = len(dataset) - len(keep)
     if report is not None:
         report.max_prompt_tokens = max_prompt_tokens
         report.too_long[part] = report.too_long.get(part, 0) + dropped
-    return (dataset if not dropped else dataset.select(keep)), dropped
+    kept = dataset if not dropped else dataset.select(keep)
+    if hasattr(kept, "add_column"):
+        if LENGTH_COLUMN in kept.column_names:  # filtered again: this measurement replaces the last
+            kept = kept.remove_columns(LENGTH_COLUMN)
+        kept = kept.add_column(LENGTH_COLUMN, lengths)
+    return kept, dropped
+
+
+def longest_prompt(dataset) -> int | None:
+    """The longest prompt of a length-filtered dataset, in tokens (None before `filter_by_length`)."""
+    if LENGTH_COLUMN not in getattr(dataset, "column_names", ()) or not len(dataset):
+        return None
+    return max(dataset[LENGTH_COLUMN])
+
+
+def cache_length(dataset, max_prompt_tokens: int, new_tokens: int) -> int:
+    """A static KV cache's length for decoding `dataset`'s prompts: the longest one as `filter_by_length` measured
+    it, rounded up to 64 (else the prompt budget), plus `new_tokens`.
+
+    The cache, not the weights, limits how many sequences decode at once: sized to the budget (1024) where real
+    prompts are ~300-700 tokens, half of it would sit empty at every step.
+    """
+    longest = longest_prompt(dataset)
+    prompt = max_prompt_tokens if longest is None else min(max_prompt_tokens, -(-longest // 64) * 64)
+    return prompt + new_tokens

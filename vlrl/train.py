@@ -19,10 +19,10 @@ import json
 import shutil
 from pathlib import Path
 
-from vlrl import distributed, mismatch, rewards, thinking
+from vlrl import distributed, mismatch, prompts, rewards, thinking
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
-from vlrl.model import backend_of
+from vlrl.model import backend_of, compiled_decoding
 from vlrl.recipe import gspo_config
 from vlrl.rundir import RunDir
 
@@ -87,7 +87,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     if fast_generation is None:
         fast_generation = t.fast_generation
     if fast_generation and transformers_backend:
-        enable_fast_generation(trainer, max_cache_len=config.data.max_prompt_tokens + t.max_completion_length)
+        enable_fast_generation(trainer, max_cache_len=prompts.cache_length(
+            train_dataset, config.data.max_prompt_tokens, t.max_completion_length))
     return trainer
 
 
@@ -109,33 +110,18 @@ def _point_trackers(trainer, run: RunDir, log) -> None:
 
 
 def enable_fast_generation(trainer, max_cache_len: int) -> None:
-    """Rollouts with a static KV cache and compiled (CUDA-graph) decoding instead of TRL's eager default.
-
-    Decoding a batch of 8 on one GPU is bound by per-token overhead (hundreds of small kernels launched from Python
-    per token), not by reading the weights. A static cache of one fixed size (prompt budget + completion budget, so
-    no step recompiles) lets transformers compile the decoding step and replay it as a CUDA graph. TRL builds its
-    GenerationConfig with `disable_compile=True`; this turns compilation back on for the trainer's rollouts.
-    bitsandbytes 4-bit layers are marked compileable here: bitsandbytes >= 0.45 registers its kernels as torch ops.
-    Measured on an H200, Qwen3-VL-8B shape, 4-bit, batch 8 x 256 tokens: 18.9 -> 6.75 s per GSPO step
-    (bench/results/gpu.md). No effect without CUDA.
+    """Rollouts with a static KV cache and compiled (CUDA-graph) decoding (`vlrl.model.compiled_decoding`) instead of
+    TRL's eager default: TRL builds its GenerationConfig with `disable_compile=True`; this turns compilation back on
+    for the trainer's rollouts. Measured on an H200, Qwen3-VL-8B shape, 4-bit, batch 8 x 256 tokens: 18.9 -> 6.75 s
+    per GSPO step (bench/results/gpu.md). No effect without CUDA.
     """
-    import torch
-
-    if not torch.cuda.is_available():
+    fast = compiled_decoding(trainer.accelerator.unwrap_model(trainer.model), max_cache_len)
+    if not fast:
         return
     config = trainer.generation_config
-    config.cache_implementation = "static"
-    config.max_cache_len = max_cache_len
-    config.disable_compile = False
-    trainer.generation_kwargs.update(cache_implementation="static", max_cache_len=max_cache_len, disable_compile=False)
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    quantizer = getattr(base, "hf_quantizer", None)
-    if quantizer is not None and not quantizer.is_compileable:
-        # Only this model's quantizer: a subclass for the one instance, so other models in the process keep the
-        # library's answer (isinstance checks still hold).
-        cls = type(quantizer)
-        quantizer.__class__ = type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
+    for key, value in fast.items():
+        setattr(config, key, value)
+    trainer.generation_kwargs.update(fast)
 
 
 def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Path | RunDir, *, resume: bool = False,

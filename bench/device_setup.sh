@@ -1,0 +1,14 @@
+# Sourced by the device scripts (gpu_jobs.sh, rehearsal.sh): the wheel set installed once per machine into /tmp/site,
+# and the environment every job runs in. Carry [".whl", ".rehearsal"]. .rehearsal/ may hold llama-cpp-python's
+# installed package and llama.cpp's converters (tar.xz, built on the development machine) for GGUF exports there.
+if [ ! -f /tmp/site/.vlrl-installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "wheel install failed"; exit 1; }
+  [ -f .rehearsal/llama_cpp_python.tar.xz ] && tar -xJf .rehearsal/llama_cpp_python.tar.xz -C /tmp/site
+  [ -f .rehearsal/llama_converters.tar.xz ] && tar -xJf .rehearsal/llama_converters.tar.xz -C /tmp
+  touch /tmp/site/.vlrl-installed
+fi
+export PYTHONPATH=/tmp/site:$PWD VLRL_CACHE=/tmp/vlrl-cache PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 \
+  TOKENIZERS_PARALLELISM=false
+[ -d /tmp/llama.cpp-0.3.36 ] && export VLRL_LLAMA_CPP=/tmp/llama.cpp-0.3.36
+mkdir -p /tmp/results

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# GPU rehearsals of the presets (issue 19), on the device machine, carry [".whl", ".rehearsal"]:
+#   bash bench/rehearsal.sh prepare 2b 4b 8b          the data and the random-weight checkpoints, once per machine
+#   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> $OUT/NAME.tar.gz
+#   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> $OUT/decode_SIZE.tar.gz
+# What a rehearsal changes and nothing else: the model (random weights of the real shape and config, saved like the
+# hub checkpoint; the 8B pre-quantized to bitsandbytes 4-bit as Unsloth's is, vision tower and lm_head in 16 bits),
+# the data (bench/rehearsal_data.py: ViRL39K's layout, 4,000 rows, pictures at MathVista's real sizes; as the eval
+# source 16 of testmini's real annotations, spread evenly), training.max_steps, and the reward random completions earn
+# (bench/rehearsal_cli.py). Each stage of the run is timed with its peak CUDA memory (VLRL_STAGES), nvidia-smi is
+# sampled every 0.5 s, and each step's time and rollout/training mismatch come from train_log.jsonl.
+set -uo pipefail
+source bench/device_setup.sh
+
+prepare() {
+  [ -f /tmp/data/mv16/testmini.jsonl ] || python3 bench/rehearsal_data.py mathvista /tmp/data/mv16 --items 16
+  [ -f /tmp/data/virl/39Krelease.parquet ] || python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items 4000 --workers 16
+  for size in "$@"; do
+    python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_gspo import build_checkpoint; \
+print(build_checkpoint('$size', Path('/tmp/ckpt')))" 2>&1 | tail -1
+  done
+  if [ -d /tmp/ckpt/qwen3-vl-8b-random ] && [ ! -f /tmp/ckpt/qwen3-vl-8b-random-bnb4/config.json ]; then
+    python3 - <<'PY' 2>&1 | grep -v Warning | tail -2
+import shutil
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText
+
+from vlrl.model import bnb_4bit_config
+
+src, dst = Path("/tmp/ckpt/qwen3-vl-8b-random"), Path("/tmp/ckpt/qwen3-vl-8b-random-bnb4")
+model = AutoModelForImageTextToText.from_pretrained(
+    src, dtype=torch.bfloat16, device_map={"": 0},
+    quantization_config=bnb_4bit_config(skip_modules=["visual", "lm_head"]))  # as Unsloth's dynamic 4-bit keeps them
+model.save_pretrained(dst)
+for f in src.iterdir():  # the processor's files
+    if f.suffix != ".safetensors" and f.name not in ("config.json", "model.safetensors.index.json"):
+        shutil.copy(f, dst / f.name)
+print("pre-quantized:", dst, sum(f.stat().st_size for f in dst.iterdir()) / 1e9, "GB")
+PY
+    rm -rf /tmp/ckpt/qwen3-vl-8b-random  # 17 GB of disk back
+  fi
+  df -h /tmp | tail -1
+}
+
+summarize() {  # summarize NAME DIR: stages, steps, memory
+  local name=$1 dir=$2
+  python3 - "$name" "$dir" <<'PY'
+import json, sys
+from pathlib import Path
+name, run = sys.argv[1], Path(sys.argv[2])
+stages = Path(f"/tmp/runs/{name}.stages.json")
+if stages.exists():
+    for s in json.loads(stages.read_text())["stages"]:
+        print(f"  {s['seconds']:8.1f} s  alloc {s.get('peak_allocated_gib')} reserved {s.get('peak_reserved_gib')} GiB  {s['stage']}")
+keys = ("step", "step_time", "completions/mean_length", "reward", "sampling/rollout_train_kl",
+        "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
+        "sampling/train_rollout_ratio/max", "sampling/train_rollout_ratio/above_cap")
+log = run / "train_log.jsonl"
+for line in (log.read_text().splitlines() if log.exists() else []):
+    r = json.loads(line)
+    if "step_time" in r or "sampling/rollout_train_kl" in r:
+        print("  step", {k.split("/")[-1] if "/" in k else k: (round(r[k], 6) if isinstance(r.get(k), float) else r.get(k)) for k in keys if k in r})
+PY
+}
+
+rehearse() {  # rehearse NAME PRESET ARGS...
+  local name=$1 preset=$2; shift 2
+  local dir=/tmp/runs/$name start=$(date +%s)
+  rm -rf "$dir"; mkdir -p /tmp/runs
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > /tmp/runs/$name.mem &
+  local smi=$!
+  VLRL_STAGES=/tmp/runs/$name.stages.json timeout ${JOB_TIMEOUT:-540} python3 bench/rehearsal_cli.py run \
+    --preset "$preset" --run-dir "$dir" "$@" > /tmp/runs/$name.log 2>&1
+  local rc=$?
+  kill $smi
+  echo "== $name rc=$rc $(( $(date +%s) - start ))s; nvidia-smi peak $(sort -n /tmp/runs/$name.mem | tail -1) MiB"
+  tr '\r' '\n' < /tmp/runs/$name.log | grep -v "it/s\]\|s/it\]\|^\s*$\|^{'loss\|Warning\|warn(" | grep -i "error\|eval:\|data:\|adapter\|gguf\|merged\|done in\|Traceback" | tail -${TAIL:-12}
+  summarize "$name" "$dir"
+  cp /tmp/runs/$name.log /tmp/runs/$name.mem /tmp/runs/$name.stages.json "$dir"/ 2>/dev/null
+  tar -czf $OUT/$name.tar.gz -C /tmp/runs --exclude="$name/checkpoints" --exclude="$name/eval_images" \
+    --exclude="*.safetensors" --exclude="*.gguf" --exclude=tokenizer.json "$name"
+}
+
+decode() {  # decode SIZE CHECKPOINT [ARGS]
+  local size=$1 ckpt=$2; shift 2
+  local start=$(date +%s)
+  timeout ${JOB_TIMEOUT:-540} python3 bench/gpu_decode.py --size "$size" --checkpoint "$ckpt" --out /tmp/decode "$@" \
+    > /tmp/decode_$size.log 2>&1
+  echo "== decode $size rc=$? $(( $(date +%s) - start ))s"
+  grep "^ROW\|^RECORDER\|^FUSED\|^RESULT\|Error" /tmp/decode_$size.log | tail -12
+  mkdir -p /tmp/decode; cp /tmp/decode_$size.log /tmp/decode/
+  tar -czf $OUT/decode_$size.tar.gz -C /tmp decode
+}
+
+what=$1; shift
+case "$what" in
+  prepare) prepare "$@" ;;
+  run) rehearse "$@" ;;
+  decode) decode "$@" ;;
+esac
