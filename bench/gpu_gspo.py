@@ -135,15 +135,15 @@ class Timer:
         setattr(obj, method, timed)
 
 
-def bench_train(args, path: Path, bandwidth: float) -> dict:
+def bench_train(args, model, processor, bandwidth: float, correction: str = "off") -> dict:
     import torch
     from transformers import TrainerCallback
 
     from vlrl import config as cfg
     from vlrl import prompts, synthetic, train
 
-    model, processor = load(args.size, args.backend, path)
     config = cfg.preset("tiny")
+    config.training.importance_sampling_correction = correction
     t = config.training
     # 8 rollouts decoded per generate call and one optimizer step per rollout; --micro-batch splits the training
     # forward of those 8 into accumulation steps (less activation and logit memory, the same optimizer step).
@@ -170,7 +170,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
                           "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
                           "max_reserved_gib": torch.cuda.max_memory_reserved() / 2**30})
 
-    trainer = train.build_trainer(config, model, processor, dataset, Path(args.out) / "run",
+    trainer = train.build_trainer(config, model, processor, dataset, Path(args.out) / f"run-{correction}",
                                   fast_generation=args.fast_generation, callbacks=[StepClock()])
     timer.wrap(trainer, "_generate_single_turn", "generation_s")
     timer.wrap(trainer, "_calculate_rewards", "reward_s")
@@ -178,6 +178,8 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
     trainer.train()
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
     cut = [r["thinking/cut_rate"] for r in trainer.state.log_history if "thinking/cut_rate" in r]
+    mismatch = [{k: r[k] for k in r if k.startswith("sampling/")} for r in trainer.state.log_history
+                if "sampling/rollout_train_kl" in r]  # per optimizer step (vlrl.mismatch.METRICS)
     after_warmup = steps[args.warmup:] or steps
     median = lambda xs: sorted(xs)[len(xs) // 2]
     gen = median([s.get("generation_s", 0.0) for s in after_warmup])
@@ -195,6 +197,7 @@ def bench_train(args, path: Path, bandwidth: float) -> dict:
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "thinking_cut_rate": sum(cut) / len(cut) if cut else None,  # random weights never close a block themselves
+        "importance_sampling_correction": correction, "mismatch_per_step": mismatch,
     }
 
 
@@ -203,7 +206,6 @@ def main() -> None:
 
     if "unsloth4" in sys.argv:
         import unsloth  # noqa: F401  (Unsloth patches transformers only when imported first)
-    import torch
 
     p = argparse.ArgumentParser()
     p.add_argument("--size", choices=SHAPES, default="8b")
@@ -217,12 +219,23 @@ def main() -> None:
     p.add_argument("--thinking-budget", type=int, default=0,
                    help="a thinking chat template and [training] thinking_budget = N (0: an Instruct prompt)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--checkpoint", help="a saved checkpoint instead of building one (4-bit if it is pre-quantized)")
+    p.add_argument("--corrections", nargs="+", default=["off"], choices=["off", "token", "sequence"],
+                   help="[training] importance_sampling_correction: one run each, in turn, on the same loaded model")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results"))
     args = p.parse_args()
-    path = build_checkpoint(args.size, Path(args.checkpoints))
+    path = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.size, Path(args.checkpoints))
     bandwidth = copy_bandwidth()
+    model, processor = load(args.size, args.backend, path)
+    for correction in args.corrections:
+        run_one(args, model, processor, bandwidth, correction)
+
+
+def run_one(args, model, processor, bandwidth: float, correction: str) -> None:
+    import torch
+
     started = time.time()
-    result = bench_train(args, path, bandwidth)
+    result = bench_train(args, model, processor, bandwidth, correction)
     result.update(size=args.size, backend=args.backend, completion=args.completion, fast_generation=args.fast_generation,
                   micro_batch=args.micro_batch, thinking_budget=args.thinking_budget,
                   gpu=torch.cuda.get_device_name(), copy_bandwidth_tb_s=bandwidth / 1e12,
@@ -231,12 +244,15 @@ def main() -> None:
     expandable = "expandable_segments:True" in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
     name = (f"gspo_{args.size}_{args.backend}{'_fast' if args.fast_generation else ''}_{args.completion}"
             f"{'_expandable' if expandable else ''}{f'_micro{args.micro_batch}' if args.micro_batch != 8 else ''}"
-            f"{f'_think{args.thinking_budget}' if args.thinking_budget else ''}.json")
+            f"{f'_think{args.thinking_budget}' if args.thinking_budget else ''}"
+            f"{f'_tis-{correction}' if correction != 'off' or len(args.corrections) > 1 else ''}.json")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / name).write_text(json.dumps(result, indent=2))
     keys = ("step_s", "generation_s", "reward_s", "training_s", "completion_tokens_per_s", "decode_ms_per_token_step",
             "weight_read_ms", "decode_efficiency", "max_allocated_gib", "max_reserved_gib")
     print("RESULT", name, json.dumps({k: round(result[k], 3) for k in keys}))
+    for n, step in enumerate(result["mismatch_per_step"], 1):
+        print("MISMATCH", name, n, json.dumps({k.removeprefix("sampling/"): float(f"{v:.4g}") for k, v in step.items()}))
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ for job in "$@"; do
   timeout ${JOB_TIMEOUT:-300} python3 bench/gpu_gspo.py --size $1 --backend $2 --completion $3 --steps ${STEPS:-3} \
     $fast --micro-batch $micro --thinking-budget $think --out /tmp/results > /tmp/results/$name.log 2>&1
   echo "== $name rc=$? $(( $(date +%s) - start ))s"; grep RESULT /tmp/results/$name.log || clean_log /tmp/results/$name.log 5
-  tar -czf $OUT/bench.tar.gz -C /tmp --exclude=results/run results  # after each job: a call cut off keeps the rest
+  tar -czf $OUT/bench.tar.gz -C /tmp --exclude="results/run*" results  # after each job: a call cut off keeps the rest
 done
-tar -czf $OUT/bench.tar.gz -C /tmp --exclude=results/run results
+tar -czf $OUT/bench.tar.gz -C /tmp --exclude="results/run*" results
 nvidia-smi --query-gpu=name,memory.used --format=csv
