@@ -1,5 +1,7 @@
 # Sourced by the device scripts (gpu_jobs.sh, rehearsal.sh): the wheel set installed once per machine into /tmp/site,
-# and the environment every job runs in. Carry [".whl", ".rehearsal"]. .rehearsal/ may hold llama-cpp-python's
+# and the environment every job runs in. Carry [".whl", ".rehearsal"]; for the Crafter presets .whl also holds
+# crafter 1.8.3 (built from its sdist: `pip wheel --no-deps crafter==1.8.3`) and, from
+# EXTRA_WHEELS="opensimplex ruamel.yaml ruamel.yaml.clib imageio", its dependencies. .rehearsal/ may hold llama-cpp-python's
 # installed package and llama.cpp's converters (tar.xz, built on the development machine) for GGUF exports there.
 if [ ! -f /tmp/site/.vlrl-installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \

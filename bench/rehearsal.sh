@@ -2,18 +2,19 @@
 # GPU rehearsals of the presets (issue 19), on the device machine, carry [".whl", ".rehearsal"]:
 #   bash bench/rehearsal.sh prepare 2b 4b 8b          the data and the random-weight checkpoints, once per machine
 #   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> $OUT/NAME.tar.gz
+#   bash bench/rehearsal.sh mathvista NAME PRESET CHECKPOINT [ARGS]   run, on the rehearsal data, 2 training steps
 #   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> $OUT/decode_SIZE.tar.gz
 # What a rehearsal changes and nothing else: the model (random weights of the real shape and config, saved like the
 # hub checkpoint; the 8B pre-quantized to bitsandbytes 4-bit as Unsloth's is, vision tower and lm_head in 16 bits),
 # the data (bench/rehearsal_data.py: ViRL39K's layout, 4,000 rows, pictures at MathVista's real sizes; as the eval
-# source 16 of testmini's real annotations, spread evenly), training.max_steps, and the reward random completions earn
+# source 8 of testmini's real annotations, spread evenly), training.max_steps, and the reward random completions earn
 # (bench/rehearsal_cli.py). Each stage of the run is timed with its peak CUDA memory (VLRL_STAGES), nvidia-smi is
 # sampled every 0.5 s, and each step's time and rollout/training mismatch come from train_log.jsonl.
 set -uo pipefail
 source bench/device_setup.sh
 
 prepare() {
-  [ -f /tmp/data/mv16/testmini.jsonl ] || python3 bench/rehearsal_data.py mathvista /tmp/data/mv16 --items 16
+  [ -f /tmp/data/mv8/testmini.jsonl ] || python3 bench/rehearsal_data.py mathvista /tmp/data/mv8 --items 8
   [ -f /tmp/data/virl/39Krelease.parquet ] || python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items 4000 --workers 16
   for size in "$@"; do
     python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_gspo import build_checkpoint; \
@@ -40,6 +41,14 @@ for f in src.iterdir():  # the processor's files
 print("pre-quantized:", dst, sum(f.stat().st_size for f in dst.iterdir()) / 1e9, "GB")
 PY
     rm -rf /tmp/ckpt/qwen3-vl-8b-random  # 17 GB of disk back
+  fi
+  if [ -d /tmp/ckpt/qwen3-vl-8b-random-bnb4 ] && [ ! -f /tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4/config.json ]; then
+    # the Thinking checkpoint: the same weights, the processor with a Qwen3-VL-Thinking chat template (opens <think>)
+    mkdir -p /tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4
+    ln -sf /tmp/ckpt/qwen3-vl-8b-random-bnb4/{*.safetensors*,config.json,generation_config.json} \
+      /tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4/
+    python3 -c "from vlrl import prompts, tiny; tiny.build_processor(max_pixels=16384 * 28 * 28, \
+chat_template=prompts.THINKING_CHAT_TEMPLATE).save_pretrained('/tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4')"
   fi
   df -h /tmp | tail -1
 }
@@ -83,6 +92,12 @@ rehearse() {  # rehearse NAME PRESET ARGS...
     --exclude="*.safetensors" --exclude="*.gguf" --exclude=tokenizer.json "$name"
 }
 
+mathvista() {  # mathvista NAME PRESET CHECKPOINT [ARGS]: a MathVista preset on the prepared data, STEPS (2) steps
+  local name=$1 preset=$2 ckpt=$3; shift 3
+  rehearse "$name" "$preset" --set model.name_or_path="$ckpt" --set data.source=/tmp/data/virl \
+    --set eval.source=/tmp/data/mv8 --set training.max_steps="${STEPS:-2}" "$@"
+}
+
 decode() {  # decode SIZE CHECKPOINT [ARGS]
   local size=$1 ckpt=$2; shift 2
   local start=$(date +%s)
@@ -98,5 +113,6 @@ what=$1; shift
 case "$what" in
   prepare) prepare "$@" ;;
   run) rehearse "$@" ;;
+  mathvista) mathvista "$@" ;;
   decode) decode "$@" ;;
 esac
