@@ -168,6 +168,45 @@ def test_export_merged16(run_copy):
 
 
 @pytest.mark.slow
+def test_merged16_computed_in_bf16_is_checked_exactly(tiny_run, tmp_path, monkeypatch):
+    """A GPU computes the probe in bf16, whose own rounding grows with depth (3.8e-2 at the 2B shape): there the
+    merge is checked layer by layer and the save bit for bit, and the logit gap is reported beside the adapter's."""
+    from vlrl.export import merged as merged_module
+
+    load = merged_module.load_adapted
+
+    def load_bf16(*args, **kwargs):
+        model, processor = load(*args, **kwargs)
+        return model.to(torch.bfloat16), processor
+
+    monkeypatch.setattr(merged_module, "load_adapted", load_bf16)
+    lines = []
+    result = export.export_merged(tiny_run / "adapter", tmp_path / "merged", dtype="bf16", log=lines.append)
+    assert result["logits_checked_by"] == "exact merge and save checks"
+    lora_layers = export.lora_b_stats(tiny_run / "adapter")["lora_B_tensors"]
+    assert result["layers_merged"] == lora_layers and result["layers_quantized"] == 0
+    assert result["merge_max_error_ulps"] <= 1 and 0 < result["weights_changed"] <= 1
+    assert result["tensors_read_back_exact"] == lora_layers  # the merged weights, each read back bit for bit
+    assert 0 < result["logits_gap"] < result["adapter_effect"] and result["vision_tensors_unchanged"] > 0
+    assert "layers = W + BA within one rounding" in lines[-1]
+
+
+def test_a_wrong_merge_is_caught_layer_by_layer(tiny_base_dir, monkeypatch):
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora import layer
+    from transformers import AutoModelForImageTextToText
+
+    from vlrl.export.merged import merge_checked
+
+    model = get_peft_model(AutoModelForImageTextToText.from_pretrained(tiny_base_dir), LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False))
+    scale_twice = layer.Linear.get_delta_weight
+    monkeypatch.setattr(layer.Linear, "merge", lambda self, *a, **k: self.get_base_layer().weight.data.add_(
+        2 * scale_twice(self, self.active_adapters[0])))
+    with pytest.raises(export.ExportError, match="the merge is wrong"):
+        merge_checked(model)
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="checks the CPU error; the GPU test below exports for real")
 def test_merged4_without_cuda_is_a_clear_error(run_copy, capsys):
     assert main(["export", "--run-dir", str(run_copy), "--format", "merged4"]) == 1
