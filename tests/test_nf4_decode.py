@@ -129,12 +129,51 @@ def test_fused_decode_restores_the_layers_after_an_exception():
     assert not any("forward" in m.__dict__ for m in model.modules() if isinstance(m, bnb.nn.Linear4bit))
 
 
-def test_custom_op_under_torch_compile():
+def test_nf4_linear_compiles_to_one_op():
     layer = linear4bit(192, 72)
     x = torch.randn(5, 192).to(torch.bfloat16).to(DEVICE)
-    compiled = torch.compile(lambda x: nf4_decode.nf4_linear(x, layer), backend="aot_eager", fullgraph=True)
+    graphs = []
+
+    def backend(gm, inputs):
+        graphs.append(gm)
+        return torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+
+    compiled = torch.compile(lambda x: nf4_decode.nf4_linear(x, layer), backend=backend, fullgraph=True)
     with torch.no_grad():
         expected = nf4_decode.nf4_linear(x, layer)
         assert_bf16_close(compiled(x), expected)  # not bitwise on a GPU: split-K sums meet in atomic adds
         torch.library.opcheck(torch.ops.vlrl.nf4_matmul, (x, *nf4_decode._prepared(layer), layer.bias, 72),
                               test_utils=("test_schema", "test_faketensor"))
+    assert [str(n.target) for n in graphs[0].graph.nodes].count("vlrl.nf4_matmul") == 1
+
+
+TRACE_TRITON_OP = """
+import torch
+from functorch.compile import aot_function
+from torch._subclasses.fake_tensor import FakeTensorMode
+from vlrl import nf4_decode
+
+graphs = []
+traced = aot_function(lambda *args: torch.ops.vlrl.nf4_matmul(*args, 128),
+                      fw_compiler=lambda gm, inputs: graphs.append(gm.code) or gm)
+with FakeTensorMode():
+    cuda = dict(device="cuda")
+    y = traced(torch.empty(8, 256, dtype=torch.bfloat16, **cuda), torch.empty(128 * 128, dtype=torch.uint8, **cuda),
+               torch.empty(128 * 4, **cuda), torch.empty(16, **cuda), torch.empty(128, dtype=torch.bfloat16, **cuda))
+assert "triton_kernel_wrapper_functional" in graphs[0], graphs[0]
+print(tuple(y.shape), y.dtype)
+"""
+
+
+@pytest.mark.skipif(DEVICE == "cuda", reason="a GPU compiles the real thing in test_nf4_linear_compiles_to_one_op")
+def test_the_gpu_triton_op_traces_into_the_kernel():
+    # the triton_op the GPU registers (not the interpreter's stand-in), traced on fake CUDA tensors: AOT dispatch sees
+    # the kernel itself, with a grid for each autotune config; what Inductor then makes of it needs a GPU
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", TRACE_TRITON_OP], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-2] == "(8, 128) torch.bfloat16"
