@@ -14,9 +14,9 @@ if DEVICE == "cpu":
 
 pytest.importorskip("triton", reason="the fused kernel is a triton kernel (triton ships with CUDA builds of torch)")
 bnb = pytest.importorskip("bitsandbytes", reason="the kernel reads bitsandbytes' 4-bit weights: pip install 'vlrl[gpu]'")
-from bitsandbytes import functional as F  # noqa: E402
+from bitsandbytes import functional as F
 
-from vlrl import nf4_decode  # noqa: E402
+from vlrl import nf4_decode
 
 if DEVICE == "cpu" and not nf4_decode.INTERPRET:
     pytest.skip("vlrl.nf4_decode was imported before TRITON_INTERPRET=1 was set: the kernel has no CPU path then",
@@ -173,7 +173,27 @@ def test_the_gpu_triton_op_traces_into_the_kernel():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", TRACE_TRITON_OP], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", TRACE_TRITON_OP], env=env, capture_output=True, text=True, check=False,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[-2] == "(8, 128) torch.bfloat16"
+
+
+def test_a_compiled_model_takes_the_fused_path_inside_the_block_only():
+    # as bench/gpu_decode.py does: the model is compiled before the block, and again after
+    model = tiny_lora_model()
+    ran = []  # for each call, how many fused ops its compiled graph holds
+
+    def backend(gm, inputs):
+        fused = [str(n.target) for n in gm.graph.nodes].count("vlrl.nf4_matmul")
+        compiled = torch._dynamo.lookup_backend("aot_eager")(gm, inputs)
+        return lambda *args: ran.append(fused) or compiled(*args)
+
+    compiled = torch.compile(model, backend=backend)
+    x = torch.randn(8, 128).to(torch.bfloat16).to(DEVICE)
+    with torch.no_grad():
+        expected = compiled(x)
+        with nf4_decode.fused_decode(model):
+            assert_bf16_close(compiled(x), expected)
+        compiled(x)
+    assert ran == [0, 2, 0]

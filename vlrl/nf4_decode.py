@@ -1,30 +1,30 @@
 """Fused 4-bit decoding: one Triton kernel multiplies bf16 activations by bitsandbytes NF4 weights, reading the
 packed 4-bit weights once and dequantizing them in registers.
 
-Why: during GSPO rollouts the 8B policy is bitsandbytes 4-bit, and each `Linear4bit` forward dequantizes its whole
-weight to bf16 in memory (read 0.5 B/param, write 2 B, read 2 B again) before a bf16 matmul, at every decoding
-step. Decoding 8-32 sequences reached only 9-15% of the weight-read bandwidth bound that way. Here `y = x @ W.T`
-for M <= 64 rows reads 0.5 B/param of packed weight plus 1/16 B/param of fp32 block scales.
+Why: during GSPO rollouts the 8B policy is bitsandbytes 4-bit, and each `Linear4bit` forward dequantizes its
+whole weight to bf16 in memory (read 0.5 B/param, write 2 B, read 2 B again) before a bf16 matmul, at every
+decoding step: decoding 8-32 sequences reached only 9-15% of the weight-read bandwidth bound. Here `x @ W.T` for
+up to 64 rows reads 0.5 B/param of packed weight plus 1/16 B/param of fp32 block scales.
 
-The layout read is bitsandbytes' `Params4bit` (checked against `bitsandbytes.functional.dequantize_4bit` in
-tests/test_nf4_decode.py): the row-major [N, K] weight, flattened, in blocks of 64 elements; each element a 4-bit
-index into the 16-value NF4 code book (`quant_state.code`), two per byte, the first in the high nibble. Element
-(n, k) is `code[nibble] * absmax[(n * K + k) // 64]`, computed in fp32 and rounded to bf16 exactly as bitsandbytes
-rounds its dequantized weight, then multiplied with fp32 accumulation. With double quantization the uint8 block
-scales are dequantized once per layer (`dequantize_blockwise(absmax, state2) + offset`, as bitsandbytes does at
-every call) and cached on the module. Programs split K as well as N (`SPLIT_K`, autotuned) so that a 1024-wide
-projection still fills the GPU; their partial sums meet in fp32 through atomic adds, so the last bit of a bf16
-output can differ between runs.
+The layout is bitsandbytes' `Params4bit` (tests/test_nf4_decode.py checks it against `dequantize_4bit`): the
+row-major [N, K] weight, flattened, in blocks of 64 elements; each element a 4-bit index into the 16-value NF4
+code book (`quant_state.code`), two per byte, the first in the high nibble. Element (n, k) is
+`code[nibble] * absmax[(n * K + k) // 64]` in fp32, rounded once to bf16 as bitsandbytes rounds its dequantized
+weight, then multiplied with fp32 accumulation. Double-quantized (uint8) scales are dequantized once per layer
+(`dequantize_blockwise(absmax, state2) + offset`, which bitsandbytes redoes at every call) and cached on the
+module. Programs split K as well as N (`SPLIT_K`, autotuned) so that a 1024-wide projection still fills the GPU;
+their fp32 partial sums meet in atomic adds, so the last bit of a bf16 output can differ between runs.
 
-`fused_decode(model)` patches every `Linear4bit` instance (PEFT's LoRA wrappers call their `base_layer`, so the
-adapters stay PEFT's); the kernel is a `torch.library.triton_op`, so compiled static-cache decoding traces it
-(Inductor launches and tunes the kernel itself). Each call falls back to bitsandbytes' own forward where the kernel is not the right tool or does not
-apply: gradients enabled (training), more than 64 rows (prefill, where dequantize + bf16 matmul is compute-bound
-and right), inputs off CUDA, a weight that is not NF4 with blocksize 64 and bf16 compute, or bitsandbytes' CPU
-repacked layout. With TRITON_INTERPRET=1 the kernel also runs on CPU tensors (slowly), which is how the tests
-check it without a GPU. There torch cannot trace an interpreted kernel, so the op is a plain `custom_op` with an
-explicit fake instead, and `torch.compile` is checked with the aot_eager backend: Inductor's handling of the
-triton_op is only exercised on a GPU.
+`fused_decode(model)` patches every `Linear4bit` instance; PEFT's LoRA layers call their `base_layer`, so the
+adapters stay PEFT's. The kernel is a `torch.library.triton_op`: compiled static-cache decoding traces it, and
+Inductor launches and tunes it itself. A call falls back to bitsandbytes' own forward where the kernel is not
+the right tool or does not apply: gradients on (training), more than 64 rows (prefill: dequantize + bf16 matmul
+is compute-bound and right there), inputs off CUDA, a weight that is not NF4 in blocks of 64 dequantizing to
+bf16 or fp32 with bf16 compute, or bitsandbytes' CPU-repacked layout.
+
+Without a GPU, TRITON_INTERPRET=1 runs the kernel on CPU tensors (slowly): that is how the tests check it. torch
+cannot trace an interpreted kernel, so there the op is a plain `custom_op` with its own fake, and
+`torch.compile` is checked with the aot_eager backend; Inductor's handling of the triton_op needs a GPU.
 
     with fused_decode(policy):
         policy.generate(**inputs, max_new_tokens=1024)
@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -74,8 +74,7 @@ if triton is not None:
 
     def _prune(configs, named_args, **kwargs):
         """Drop configs that would leave programs without any K to multiply."""
-        k = named_args["K"]
-        kept = [c for c in configs if c.kwargs["BLOCK_K"] * c.kwargs["SPLIT_K"] <= max(k, 128)]
+        kept = [c for c in configs if c.kwargs["BLOCK_K"] * c.kwargs["SPLIT_K"] <= named_args["K"]]
         return kept or configs[:1]
 
     @triton.jit
@@ -125,7 +124,7 @@ if triton is not None:
         tl.atomic_add(y_ptr + rows[:, None] * N + cols[None, :], acc, mask=row_ok[:, None] & col_ok[None, :])
 
     def _nf4_matmul(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
-                    bias: Optional[torch.Tensor], n: int) -> torch.Tensor:
+                    bias: torch.Tensor | None, n: int) -> torch.Tensor:
         """x [M, K] bf16 @ the NF4 weight [n, K].T (+ bias) -> [M, n] bf16; M <= 64.
 
         Args:
@@ -186,8 +185,8 @@ def _readable(state) -> bool:
     """Whether a weight is in the layout the kernel reads: NF4, blocks of 64, not repacked for bitsandbytes' CPU
     kernel, dequantizing to bf16 or fp32 (either rounds code * scale to bf16 once, as the kernel does)."""
     return (state is not None and state.quant_type == "nf4" and state.blocksize == BLOCKSIZE
-            and state.dtype in (torch.bfloat16, torch.float32) and len(state.shape) == 2 and state.shape[1] % BLOCKSIZE == 0
-            and not getattr(state, "packing_format_for_cpu", False))
+            and state.dtype in (torch.bfloat16, torch.float32) and len(state.shape) == 2
+            and state.shape[1] % BLOCKSIZE == 0 and not getattr(state, "packing_format_for_cpu", False))
 
 
 def fits(x: torch.Tensor, module) -> bool:
@@ -199,7 +198,7 @@ def fits(x: torch.Tensor, module) -> bool:
             and (module.compute_dtype or x.dtype) == torch.bfloat16)
 
 
-def nf4_linear(x: torch.Tensor, module, fallback: Optional[Callable] = None) -> torch.Tensor:
+def nf4_linear(x: torch.Tensor, module, fallback: Callable | None = None) -> torch.Tensor:
     """A `bitsandbytes.nn.Linear4bit` forward through the fused kernel where it `fits`, else through `fallback`
     (the module's own forward by default).
 
