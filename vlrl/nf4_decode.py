@@ -1,0 +1,248 @@
+"""Fused 4-bit decoding: one Triton kernel multiplies bf16 activations by bitsandbytes NF4 weights, reading the
+packed 4-bit weights once and dequantizing them in registers.
+
+Why: during GSPO rollouts the 8B policy is bitsandbytes 4-bit, and each `Linear4bit` forward dequantizes its
+whole weight to bf16 in memory (read 0.5 B/param, write 2 B, read 2 B again) before a bf16 matmul, at every
+decoding step: decoding 8-32 sequences reached only 9-15% of the weight-read bandwidth bound. Here `x @ W.T` for
+up to 64 rows reads 0.5 B/param of packed weight plus 1/16 B/param of fp32 block scales.
+
+The layout is bitsandbytes' `Params4bit` (tests/test_nf4_decode.py checks it against `dequantize_4bit`): the
+row-major [N, K] weight, flattened, in blocks of 64 elements; each element a 4-bit index into the 16-value NF4
+code book (`quant_state.code`), two per byte, the first in the high nibble. Element (n, k) is
+`code[nibble] * absmax[(n * K + k) // 64]` in fp32, rounded once to bf16 as bitsandbytes rounds its dequantized
+weight, then multiplied with fp32 accumulation. Double-quantized (uint8) scales are dequantized once per layer
+(`dequantize_blockwise(absmax, state2) + offset`, which bitsandbytes redoes at every call) and cached on the
+module. Programs split K as well as N (`SPLIT_K`, autotuned) so that a 1024-wide projection still fills the GPU;
+their fp32 partial sums meet in atomic adds, so the last bit of a bf16 output can differ between runs.
+
+`fused_decode(model)` patches every `Linear4bit` instance; PEFT's LoRA layers call their `base_layer`, so the
+adapters stay PEFT's. The kernel is a `torch.library.triton_op`: compiled static-cache decoding traces it, and
+Inductor launches and tunes it itself. A call falls back to bitsandbytes' own forward where the kernel is not
+the right tool or does not apply: gradients on (training), more than 64 rows (prefill: dequantize + bf16 matmul
+is compute-bound and right there), inputs off CUDA, a weight that is not NF4 in blocks of 64 dequantizing to
+bf16 or fp32 with bf16 compute, or bitsandbytes' CPU-repacked layout.
+
+Without a GPU, TRITON_INTERPRET=1 runs the kernel on CPU tensors (slowly): that is how the tests check it. torch
+cannot trace an interpreted kernel, so there the op is a plain `custom_op` with its own fake, and
+`torch.compile` is checked with the aot_eager backend; Inductor's handling of the triton_op needs a GPU.
+
+    with fused_decode(policy):
+        policy.generate(**inputs, max_new_tokens=1024)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only torch builds ship without triton: available() says so, fused_decode falls back
+    triton = None
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # triton's CPU interpreter: the tests' path without a GPU
+MAX_ROWS = 64  # decode batches; beyond this bitsandbytes' dequantize + bf16 matmul is compute-bound and right
+BLOCKSIZE = 64  # the only bitsandbytes blocksize the kernel reads: its scales align with BLOCK_K
+
+
+def available() -> bool:
+    """Whether the fused kernel can run here: a CUDA GPU and triton."""
+    return triton is not None and torch.cuda.is_available()
+
+
+if triton is not None:
+
+    def _config(block_n: int, block_k: int, split_k: int, warps: int, stages: int) -> triton.Config:
+        return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k}, num_warps=warps,
+                             num_stages=stages)
+
+    # Tuned per (N, K, padded M) on first use. Decode is bound by reading weights, so the choice is mostly how many
+    # programs run at once: SPLIT_K > 1 for narrow layers (k/v projections are 1024 wide: 16 programs of 64).
+    _CONFIGS = [_config(*c) for c in [
+        (32, 256, 1, 4, 3), (32, 256, 4, 4, 3), (32, 512, 4, 4, 2), (32, 128, 8, 4, 4),
+        (64, 256, 1, 4, 3), (64, 256, 2, 4, 3), (64, 256, 4, 4, 3), (64, 256, 8, 4, 3),
+        (64, 128, 4, 4, 4), (64, 512, 2, 8, 2), (64, 512, 4, 8, 3),
+        (128, 256, 1, 8, 3), (128, 256, 2, 8, 3), (128, 256, 4, 8, 3), (128, 128, 8, 4, 4),
+    ]]
+    # The interpreter runs one small config: no timing to tune on, and it still splits K and masks ragged tiles.
+    _INTERPRET_CONFIGS = [_config(32, 128, 2, 4, 1)]
+
+    def _prune(configs, named_args, **kwargs):
+        """Drop configs that would leave programs without any K to multiply."""
+        kept = [c for c in configs if c.kwargs["BLOCK_K"] * c.kwargs["SPLIT_K"] <= named_args["K"]]
+        return kept or configs[:1]
+
+    @triton.jit
+    def _bf16_dot(acc, x, w, INTERPRET_DOT: tl.constexpr):
+        """acc + x @ w.T, with the fp32 weight w rounded to bf16 first: bitsandbytes' dequantized weight, exactly.
+
+        Triton's interpreter truncates fp32 -> bf16 casts and multiplies bf16 as raw integers, so there the rounding
+        is done on the bits (round to nearest even) and the dot in fp32, which is exact for bf16 operands.
+        """
+        if INTERPRET_DOT:
+            bits = w.to(tl.uint32, bitcast=True)
+            w = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)
+            return tl.dot(x.to(tl.float32), tl.trans(w), acc, input_precision="ieee")
+        return tl.dot(x, tl.trans(w.to(tl.bfloat16)), acc)
+
+    @triton.autotune(configs=_INTERPRET_CONFIGS if INTERPRET else _CONFIGS, key=["N", "K", "BLOCK_M"],
+                     prune_configs_by={"early_config_prune": _prune}, reset_to_zero=["y_ptr"])
+    @triton.jit
+    def _nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, code_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+                           INTERPRET_DOT: tl.constexpr):
+        """y[M, N] += x[M, K] @ W[N, K].T over this program's N tile and its share of K (every SPLIT_K-th chunk).
+
+        Byte j of a weight row holds elements 2j (high nibble) and 2j + 1 (low), so the even and odd K positions
+        are two dots: no interleaving in registers.
+        """
+        rows = tl.arange(0, BLOCK_M)
+        cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        pairs = tl.arange(0, BLOCK_K // 2)
+        row_ok = rows < M
+        col_ok = cols < N
+        # tl.full, not tl.zeros (triton's own @jit): the interpreter runs it even if triton was imported first
+        acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+        for k0 in range(tl.program_id(1) * BLOCK_K, K, SPLIT_K * BLOCK_K):
+            even = k0 + 2 * pairs
+            k_ok = even < K
+            x_even = x_ptr + rows[:, None] * K + even[None, :]
+            x_mask = row_ok[:, None] & k_ok[None, :]
+            x_high = tl.load(x_even, mask=x_mask, other=0.0)
+            x_low = tl.load(x_even + 1, mask=x_mask, other=0.0)
+            w_mask = col_ok[:, None] & k_ok[None, :]
+            byte = tl.load(packed_ptr + cols[:, None] * (K // 2) + (even // 2)[None, :], mask=w_mask, other=0)
+            byte = byte.to(tl.int32)
+            scale = tl.load(absmax_ptr + cols[:, None] * (K // 64) + (even // 64)[None, :], mask=w_mask, other=0.0)
+            acc = _bf16_dot(acc, x_high, tl.load(code_ptr + (byte >> 4)) * scale, INTERPRET_DOT)
+            acc = _bf16_dot(acc, x_low, tl.load(code_ptr + (byte & 15)) * scale, INTERPRET_DOT)
+        tl.atomic_add(y_ptr + rows[:, None] * N + cols[None, :], acc, mask=row_ok[:, None] & col_ok[None, :])
+
+    def _nf4_matmul(x: torch.Tensor, packed: torch.Tensor, absmax: torch.Tensor, code: torch.Tensor,
+                    bias: torch.Tensor | None, n: int) -> torch.Tensor:
+        """x [M, K] bf16 @ the NF4 weight [n, K].T (+ bias) -> [M, n] bf16; M <= 64.
+
+        Args:
+            x: contiguous bf16 activations.
+            packed: the weight's bytes, flat uint8 (n * K / 2).
+            absmax: fp32 scale of each 64-element block (n * K / 64), already dequantized.
+            code: the 16 fp32 NF4 values.
+            bias: bf16 [n] or None; added in fp32 before the one rounding to bf16, as a bf16 linear does.
+        """
+        m, k = x.shape
+        y = torch.zeros((m, n), dtype=torch.float32, device=x.device)  # split-K programs add into it
+
+        def grid(meta):
+            return triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"]
+
+        block_m = 16 if m <= 16 else 32 if m <= 32 else 64  # tl.dot needs 16 rows; also the tuning's M bucket
+        torch.library.wrap_triton(_nf4_matmul_kernel)[grid](x, packed, absmax, code, y, m, n, k, BLOCK_M=block_m,
+                                                              INTERPRET_DOT=INTERPRET)
+        if bias is not None:
+            y = y + bias.float()
+        return y.to(x.dtype)
+
+    if INTERPRET:
+        # torch launches an interpreted kernel as it is, fake tensors included, so triton_op cannot trace it: a plain
+        # custom op with its own fake stands in, and the tests compile through that
+        _op = torch.library.custom_op("vlrl::nf4_matmul", _nf4_matmul, mutates_args=())
+
+        @_op.register_fake
+        def _(x, packed, absmax, code, bias, n):
+            return x.new_empty((x.shape[0], n))
+    else:
+        torch.library.triton_op("vlrl::nf4_matmul", _nf4_matmul, mutates_args=())
+
+
+def block_scales(state) -> torch.Tensor:
+    """The fp32 scale of each block of a 4-bit weight (its bitsandbytes `QuantState`), undoing double quantization
+    the way `bitsandbytes.functional.dequantize_4bit` does."""
+    from bitsandbytes.functional import dequantize_blockwise
+
+    if not state.nested:
+        return state.absmax.float()
+    return (dequantize_blockwise(state.absmax, state.state2) + state.offset).float()
+
+
+def _prepared(module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The packed bytes, block scales and code book the kernel reads, cached on the module (the scales are
+    1/64 of the weights' elements, and dequantizing them takes a kernel launch of its own)."""
+    cached = module.__dict__.get("_vlrl_nf4")
+    if cached is None:
+        state = module.weight.quant_state
+        packed = module.weight.data.view(torch.uint8).reshape(-1)  # also a bf16 quant_storage, as bitsandbytes reads
+        cached = (packed, block_scales(state), state.code.float().contiguous())
+        module._vlrl_nf4 = cached
+    return cached
+
+
+def _readable(state) -> bool:
+    """Whether a weight is in the layout the kernel reads: NF4, blocks of 64, not repacked for bitsandbytes' CPU
+    kernel, dequantizing to bf16 or fp32 (either rounds code * scale to bf16 once, as the kernel does)."""
+    return (state is not None and state.quant_type == "nf4" and state.blocksize == BLOCKSIZE
+            and state.dtype in (torch.bfloat16, torch.float32) and len(state.shape) == 2
+            and state.shape[1] % BLOCKSIZE == 0 and not getattr(state, "packing_format_for_cpu", False))
+
+
+def fits(x: torch.Tensor, module) -> bool:
+    """Whether the fused kernel computes this call (see the module docstring for why each case falls back)."""
+    state = module.weight.quant_state
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return (triton is not None and (x.is_cuda or INTERPRET) and not torch.is_grad_enabled()
+            and 0 < rows <= MAX_ROWS and _readable(state) and state.shape[1] == x.shape[-1]
+            and (module.compute_dtype or x.dtype) == torch.bfloat16)
+
+
+def nf4_linear(x: torch.Tensor, module, fallback: Callable | None = None) -> torch.Tensor:
+    """A `bitsandbytes.nn.Linear4bit` forward through the fused kernel where it `fits`, else through `fallback`
+    (the module's own forward by default).
+
+    Args:
+        x: [..., K] activations.
+        module: the Linear4bit layer.
+        fallback: what computes the calls the kernel does not.
+
+    Returns:
+        [..., N] in x's dtype, as the module's forward returns.
+    """
+    if not fits(x, module):
+        return (fallback or module.forward)(x)
+    packed, absmax, code = _prepared(module)
+    n, k = module.weight.quant_state.shape
+    bias = None if module.bias is None else module.bias.to(torch.bfloat16)  # bitsandbytes rounds it to bf16 too
+    flat = x.reshape(-1, k).to(torch.bfloat16).contiguous()
+    y = torch.ops.vlrl.nf4_matmul(flat, packed, absmax, code, bias, n)
+    return y.reshape(*x.shape[:-1], n).to(x.dtype)
+
+
+@contextlib.contextmanager
+def fused_decode(model: torch.nn.Module) -> Iterator[int]:
+    """Within the block, every bitsandbytes `Linear4bit` in `model` (LoRA base layers included) computes through
+    `nf4_linear`; on exit, even by an exception, each gets its own forward back. Instances are patched, not the
+    class, so other models in the process keep bitsandbytes' path.
+
+    Yields:
+        How many layers were patched.
+    """
+    from bitsandbytes.nn import Linear4bit
+
+    layers = [m for m in model.modules() if isinstance(m, Linear4bit)]
+    saved = [m.__dict__.get("forward") for m in layers]  # an instance forward (an accelerate hook) stays in use
+    try:
+        for layer in layers:
+            if _readable(layer.weight.quant_state):
+                _prepared(layer)  # now, outside any compiled graph
+            layer.forward = functools.partial(nf4_linear, module=layer, fallback=layer.forward)
+        yield len(layers)
+    finally:
+        for layer, forward in zip(layers, saved):
+            layer.__dict__.pop("_vlrl_nf4", None)
+            if forward is None:
+                layer.__dict__.pop("forward", None)
+            else:
+                layer.forward = forward
