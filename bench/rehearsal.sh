@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU rehearsals of the presets (issue 19), on the device machine, carry [".whl", ".rehearsal"]:
 #   bash bench/rehearsal.sh prepare 2b 4b 8b          the data and the random-weight checkpoints, once per machine
+#   bash bench/rehearsal.sh checkpoints 8b            the checkpoints alone (the decode table needs no data)
 #   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> $OUT/NAME.tar.gz
 #   bash bench/rehearsal.sh mathvista NAME PRESET CHECKPOINT [ARGS]   run, on the rehearsal data, 2 training steps
 #   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> $OUT/decode_SIZE.tar.gz
@@ -16,6 +17,10 @@ source bench/device_setup.sh
 prepare() {
   [ -f /tmp/data/mv8/testmini.jsonl ] || python3 bench/rehearsal_data.py mathvista /tmp/data/mv8 --items 8
   [ -f /tmp/data/virl/39Krelease.parquet ] || python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items 4000 --workers 16
+  checkpoints "$@"
+}
+
+checkpoints() {
   for size in "$@"; do
     python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_gspo import build_checkpoint; \
 print(build_checkpoint('$size', Path('/tmp/ckpt')))" 2>&1 | tail -1
@@ -104,7 +109,7 @@ decode() {  # decode SIZE CHECKPOINT [ARGS]
   timeout ${JOB_TIMEOUT:-540} python3 bench/gpu_decode.py --size "$size" --checkpoint "$ckpt" --out /tmp/decode "$@" \
     > /tmp/decode_$size.log 2>&1
   echo "== decode $size rc=$? $(( $(date +%s) - start ))s"
-  grep "^ROW\|^RECORDER\|^FUSED\|^RESULT\|Error" /tmp/decode_$size.log | tail -12
+  grep "^T+\|^ROW\|^AGREEMENT\|^RECORDER\|^RESULT\|Error\|[Rr]ecompil\|[Gg]raph break" /tmp/decode_$size.log | cut -c1-400 | tail -${TAIL:-30}
   mkdir -p /tmp/decode; cp /tmp/decode_$size.log /tmp/decode/
   tar -czf $OUT/decode_$size.tar.gz -C /tmp decode
 }
@@ -112,6 +117,7 @@ decode() {  # decode SIZE CHECKPOINT [ARGS]
 what=$1; shift
 case "$what" in
   prepare) prepare "$@" ;;
+  checkpoints) checkpoints "$@" ;;
   run) rehearse "$@" ;;
   mathvista) mathvista "$@" ;;
   decode) decode "$@" ;;

@@ -57,8 +57,8 @@ def test_layout_is_high_nibble_first_with_per_64_block_scales():
     assert torch.equal(by_hand, F.dequantize_4bit(packed, state))
 
 
-# M: one sequence, a decode batch, a ragged one, a larger batch; (N, K): N not a multiple of BLOCK_N, K a multiple of
-# 64 but not of BLOCK_K (the interpreter's config: BLOCK_N 32, BLOCK_K 128, SPLIT_K 2)
+# M: one sequence, a decode batch, a ragged one, a larger batch; (N, K): N not a multiple of BLOCK_N (64), K a multiple
+# of 64 but not of BLOCK_K (128 and 256 here), split in 2 (`launch_config` with the interpreter's 8 programs)
 @pytest.mark.parametrize("m", [1, 8, 13, 32])
 @pytest.mark.parametrize("n,k", [(72, 192), (100, 320)])
 @pytest.mark.parametrize("nested", [True, False])
@@ -68,6 +68,18 @@ def test_kernel_matches_dequantize_then_matmul(m, n, k, nested):
     y = torch.ops.vlrl.nf4_matmul(x, packed.reshape(-1), nf4_decode.block_scales(state), state.code, None, n)
     assert y.shape == (m, n)
     assert_bf16_close(y, x.float() @ F.dequantize_4bit(packed, state).float().T)
+
+
+def test_launch_config_splits_k_until_the_gpu_is_full():
+    h100 = 2 * 132
+    assert nf4_decode.launch_config(72, 192, 8) == {"BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 2, "num_warps": 4,
+                                                     "num_stages": 3}
+    assert nf4_decode.launch_config(100, 320, 8)["SPLIT_K"] == 2  # BLOCK_K 256: two chunks, a ragged second
+    # the 8B's projections: k/v (1024 x 4096), q/o (4096 x 4096), gate/up (12288 x 4096), down (4096 x 12288)
+    splits = {shape: nf4_decode.launch_config(*shape, h100)["SPLIT_K"]
+              for shape in [(1024, 4096), (4096, 4096), (12288, 4096), (4096, 12288)]}
+    assert splits == {(1024, 4096): 16, (4096, 4096): 8, (12288, 4096): 2, (4096, 12288): 8}
+    assert nf4_decode.launch_config(64, 256, h100)["SPLIT_K"] == 1  # never more splits than K has chunks
 
 
 def test_bias_and_leading_dimensions():
@@ -168,7 +180,7 @@ print(tuple(y.shape), y.dtype)
 @pytest.mark.skipif(DEVICE == "cuda", reason="a GPU compiles the real thing in test_nf4_linear_compiles_to_one_op")
 def test_the_gpu_triton_op_traces_into_the_kernel():
     # the triton_op the GPU registers (not the interpreter's stand-in), traced on fake CUDA tensors: AOT dispatch sees
-    # the kernel itself, with a grid for each autotune config; what Inductor then makes of it needs a GPU
+    # the kernel itself, with the grid launch_config chose; what Inductor then makes of it needs a GPU
     import subprocess
     import sys
 

@@ -12,12 +12,18 @@ code book (`quant_state.code`), two per byte, the first in the high nibble. Elem
 `code[nibble] * absmax[(n * K + k) // 64]` in fp32, rounded once to bf16 as bitsandbytes rounds its dequantized
 weight, then multiplied with fp32 accumulation. Double-quantized (uint8) scales are dequantized once per layer
 (`dequantize_blockwise(absmax, state2) + offset`, which bitsandbytes redoes at every call) and cached on the
-module. Programs split K as well as N (`SPLIT_K`, autotuned) so that a 1024-wide projection still fills the GPU;
-their fp32 partial sums meet in atomic adds, so the last bit of a bf16 output can differ between runs.
+module. Programs split K as well as N (`SPLIT_K`, by `launch_config`'s rule) so that a 1024-wide projection still
+fills the GPU; their fp32 partial sums meet in atomic adds, so the last bit of a bf16 output can differ between runs.
+
+Measured on an H100 (bench/results/gpu.md, "Decode table on an H100"), it is not yet the lever it was meant to be:
+each layer reads its weight at 35-66 GB/s, 4-6x slower than bitsandbytes' dequantize + matmul, and an 8B decoding
+step at batch 8 took 85.5 ms against bitsandbytes' 37.5, with the same distributions (per-token KL 5.5e-4 on
+average). So no run uses it. `bench/gpu_decode.py --paths fused` and `bench/gpu_nf4_kernel.py` measure it; the
+results page says what its inner loop would have to change.
 
 `fused_decode(model)` patches every `Linear4bit` instance; PEFT's LoRA layers call their `base_layer`, so the
 adapters stay PEFT's. The kernel is a `torch.library.triton_op`: compiled static-cache decoding traces it, and
-Inductor launches and tunes it itself. A call falls back to bitsandbytes' own forward where the kernel is not
+Inductor launches it itself. A call falls back to bitsandbytes' own forward where the kernel is not
 the right tool or does not apply: gradients on (training), more than 64 rows (prefill: dequantize + bf16 matmul
 is compute-bound and right there), inputs off CUDA, a weight that is not NF4 in blocks of 64 dequantizing to
 bf16 or fp32 with bf16 compute, or bitsandbytes' CPU-repacked layout.
@@ -50,32 +56,37 @@ MAX_ROWS = 64  # decode batches; beyond this bitsandbytes' dequantize + bf16 mat
 BLOCKSIZE = 64  # the only bitsandbytes blocksize the kernel reads: its scales align with BLOCK_K
 
 
+def launch_config(n: int, k: int, programs: int) -> dict:
+    """The kernel's tile sizes for an [n, k] weight, by rule rather than autotuned. Decoding reads each weight byte
+    once, so what matters is that enough programs read at once: tiles of 64 output columns, and K split (`SPLIT_K`, a
+    power of two) until there are about `programs` of them. With two per SM on an H100 (264), the 8B's 1024-wide k/v
+    projections run 16 tiles x 16 splits. A rule also means Inductor compiles one kernel per outcome, where an
+    autotuned kernel made it compile and time every candidate configuration."""
+    block_k = 256 if k >= 256 else 128
+    tiles, chunks = -(-n // 64), -(-k // block_k)
+    split_k = 1
+    while tiles * split_k < programs and split_k * 2 <= chunks:
+        split_k *= 2
+    return {"BLOCK_N": 64, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": 4, "num_stages": 3}
+
+
+@functools.cache
+def programs_wanted(device_index: int) -> int:
+    """Two programs per SM of the GPU (in the interpreter: 8, which still splits the tests' small weights; tracing on
+    fake CUDA tensors without a GPU: an H100's 132 SMs)."""
+    if INTERPRET:
+        return 8
+    if not torch.cuda.is_available():
+        return 2 * 132
+    return 2 * torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 def available() -> bool:
     """Whether the fused kernel can run here: a CUDA GPU and triton."""
     return triton is not None and torch.cuda.is_available()
 
 
 if triton is not None:
-
-    def _config(block_n: int, block_k: int, split_k: int, warps: int, stages: int) -> triton.Config:
-        return triton.Config({"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k}, num_warps=warps,
-                             num_stages=stages)
-
-    # Tuned per (N, K, padded M) on first use. Decode is bound by reading weights, so the choice is mostly how many
-    # programs run at once: SPLIT_K > 1 for narrow layers (k/v projections are 1024 wide: 16 programs of 64).
-    _CONFIGS = [_config(*c) for c in [
-        (32, 256, 1, 4, 3), (32, 256, 4, 4, 3), (32, 512, 4, 4, 2), (32, 128, 8, 4, 4),
-        (64, 256, 1, 4, 3), (64, 256, 2, 4, 3), (64, 256, 4, 4, 3), (64, 256, 8, 4, 3),
-        (64, 128, 4, 4, 4), (64, 512, 2, 8, 2), (64, 512, 4, 8, 3),
-        (128, 256, 1, 8, 3), (128, 256, 2, 8, 3), (128, 256, 4, 8, 3), (128, 128, 8, 4, 4),
-    ]]
-    # The interpreter runs one small config: no timing to tune on, and it still splits K and masks ragged tiles.
-    _INTERPRET_CONFIGS = [_config(32, 128, 2, 4, 1)]
-
-    def _prune(configs, named_args, **kwargs):
-        """Drop configs that would leave programs without any K to multiply."""
-        kept = [c for c in configs if c.kwargs["BLOCK_K"] * c.kwargs["SPLIT_K"] <= named_args["K"]]
-        return kept or configs[:1]
 
     @triton.jit
     def _bf16_dot(acc, x, w, INTERPRET_DOT: tl.constexpr):
@@ -90,8 +101,6 @@ if triton is not None:
             return tl.dot(x.to(tl.float32), tl.trans(w), acc, input_precision="ieee")
         return tl.dot(x, tl.trans(w.to(tl.bfloat16)), acc)
 
-    @triton.autotune(configs=_INTERPRET_CONFIGS if INTERPRET else _CONFIGS, key=["N", "K", "BLOCK_M"],
-                     prune_configs_by={"early_config_prune": _prune}, reset_to_zero=["y_ptr"])
     @triton.jit
     def _nf4_matmul_kernel(x_ptr, packed_ptr, absmax_ptr, code_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
@@ -137,12 +146,11 @@ if triton is not None:
         m, k = x.shape
         y = torch.zeros((m, n), dtype=torch.float32, device=x.device)  # split-K programs add into it
 
-        def grid(meta):
-            return triton.cdiv(n, meta["BLOCK_N"]), meta["SPLIT_K"]
-
-        block_m = 16 if m <= 16 else 32 if m <= 32 else 64  # tl.dot needs 16 rows; also the tuning's M bucket
+        config = launch_config(n, k, programs_wanted(x.device.index or 0))
+        grid = (triton.cdiv(n, config["BLOCK_N"]), config["SPLIT_K"])
+        block_m = 16 if m <= 16 else 32 if m <= 32 else 64  # tl.dot needs 16 rows
         torch.library.wrap_triton(_nf4_matmul_kernel)[grid](x, packed, absmax, code, y, m, n, k, BLOCK_M=block_m,
-                                                              INTERPRET_DOT=INTERPRET)
+                                                              INTERPRET_DOT=INTERPRET, **config)
         if bias is not None:
             y = y + bias.float()
         return y.to(x.dtype)
