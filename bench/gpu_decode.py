@@ -115,7 +115,8 @@ def measure(model, inputs, completion: int, fast: dict, bound_ms: float, strict_
     whole = timed_generate(model, inputs, completion, fast)
     step_ms = 1000 * (whole - prefill) / (completion - 1)
     batch = inputs["input_ids"].shape[0]
-    return {"batch": batch, "warmup_s": round(warmup, 1), "seconds": round(whole, 2), "prefill_s": round(prefill, 3), "step_ms": round(step_ms, 2),
+    return {"batch": batch, "warmup_s": round(warmup, 1), "seconds": round(whole, 2), "prefill_s": round(prefill, 3),
+            "step_ms": round(step_ms, 2),
             "tokens_per_s": round(batch * completion / whole, 1), "decode_efficiency": round(bound_ms / step_ms, 3),
             "decode_efficiency_strict": round(strict_ms / step_ms, 3),
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2),
