@@ -188,7 +188,8 @@ def main() -> None:
             with mismatch.recording(policy):
                 recorded = measure(policy, inputs, args.completion, fast, bound_ms, strict_ms)
             result["recorder"] = {"path": path, "batch": batch, "step_ms_off": row["step_ms"],
-                                  "step_ms_on": recorded["step_ms"], "peak_reserved_gib_on": recorded["peak_reserved_gib"]}
+                                  "step_ms_on": recorded["step_ms"],
+                                  "peak_reserved_gib_on": recorded["peak_reserved_gib"]}
             print("RECORDER", json.dumps(result["recorder"]), flush=True)
         name.write_text(json.dumps(result, indent=2))
         del inputs
