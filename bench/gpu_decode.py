@@ -18,7 +18,7 @@ compiling that batch's decoding graph cost.
 The share of the bound: the language model's weights read once per decoding step (`weight_bytes`: every
 non-vision weight, the issue's convention) at half the measured copy bandwidth (`decode_efficiency`), and, stricter,
 the bytes a step really reads (the input embedding table left out where it is not the lm_head) at the whole copy
-bandwidth, which a read-only stream can reach (`decode_efficiency_strict`).
+bandwidth, which a read-only stream can approach (`decode_efficiency_strict`).
 
     python bench/gpu_decode.py --checkpoint /tmp/ckpt/qwen3-vl-8b-random-bnb4 --size 8b --paths bitsandbytes fused \
         --agreement --out $OUT/decode
@@ -154,12 +154,12 @@ def main() -> None:
                                         backend="transformers")
     policy = vmodel.add_lora(base, vmodel.LoraSettings(r=16, alpha=16), backend="transformers")
     policy.eval()
-    bound_ms = 1000 * weight_bytes(policy) / (bandwidth / 2)
-    strict_ms = 1000 * step_read_bytes(policy) / bandwidth
+    read, strict_read = weight_bytes(policy), step_read_bytes(policy)
+    bound_ms, strict_ms = 1000 * read / (bandwidth / 2), 1000 * strict_read / bandwidth
     result = {"size": args.size, "checkpoint": args.checkpoint, "four_bit": four_bit, "completion": args.completion,
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "copy_bandwidth_tb_s": round(bandwidth / 1e12, 3), "weight_bytes": weight_bytes(policy),
-              "weight_read_ms": round(bound_ms, 3), "step_read_bytes": step_read_bytes(policy),
+              "copy_bandwidth_tb_s": round(bandwidth / 1e12, 3), "weight_bytes": read,
+              "weight_read_ms": round(bound_ms, 3), "step_read_bytes": strict_read,
               "step_read_ms_strict": round(strict_ms, 3), "rows": []}
     name = out / f"decode_{args.size}{'_bnb4' if four_bit else '_bf16'}.json"
     paths = args.paths or ["bitsandbytes" if four_bit else "bf16"]

@@ -57,7 +57,7 @@ def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
     x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
     packed, absmax, code = nf4_decode._prepared(layer)
     weight_bytes = packed.numel() + layer.weight.quant_state.absmax.numel()  # 4-bit codes + uint8 scales
-    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
+    block_m = nf4_decode.block_rows(m)
     rule = nf4_decode.launch_config(n, k, programs)
     row = {"layer": label, "n": n, "k": k, "m": m, "weight_mb": round(weight_bytes / 1e6, 2), "rule": rule,
            "configs": []}
@@ -66,10 +66,7 @@ def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
         row["bitsandbytes_ms"] = round(graph_ms(lambda: layer(x)), 4)
         row["op_ms"] = round(graph_ms(lambda: nf4_decode.nf4_linear(x, layer)), 4)
         for block_n, block_k, warps in itertools.product([32, 64, 128], [64, 128, 256], [4, 8]):
-            split = 1
-            while -(-n // block_n) * split < programs and split * 2 <= -(-k // block_k):
-                split *= 2
-            config = {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": warps, "num_stages": 3}
+            config = nf4_decode.launch_config(n, k, programs, block_n=block_n, block_k=block_k, num_warps=warps)
             y = torch.zeros(m, n, device="cuda")
 
             def fused(config=config, y=y):

@@ -56,18 +56,25 @@ MAX_ROWS = 64  # decode batches; beyond this bitsandbytes' dequantize + bf16 mat
 BLOCKSIZE = 64  # the only bitsandbytes blocksize the kernel reads: its scales align with BLOCK_K
 
 
-def launch_config(n: int, k: int, programs: int) -> dict:
+def launch_config(n: int, k: int, programs: int, *, block_n: int = 64, block_k: int | None = None,
+                  num_warps: int = 4) -> dict:
     """The kernel's tile sizes for an [n, k] weight, by rule rather than autotuned. Decoding reads each weight byte
-    once, so what matters is that enough programs read at once: tiles of 64 output columns, and K split (`SPLIT_K`, a
-    power of two) until there are about `programs` of them. With two per SM on an H100 (264), the 8B's 1024-wide k/v
-    projections run 16 tiles x 16 splits. A rule also means Inductor compiles one kernel per outcome, where an
-    autotuned kernel made it compile and time every candidate configuration."""
-    block_k = 256 if k >= 256 else 128
-    tiles, chunks = -(-n // 64), -(-k // block_k)
+    once, so what matters is that enough programs read at once: tiles of `block_n` (64) output columns, and K split
+    (`SPLIT_K`, a power of two) until there are about `programs` of them. With two per SM on an H100 (264), the 8B's
+    1024-wide k/v projections run 16 tiles x 16 splits. A rule also means Inductor compiles one kernel per outcome,
+    where an autotuned kernel made it compile and time every candidate configuration. The tile sizes can be given
+    (bench/gpu_nf4_kernel.py sweeps them); K is then split by the same rule."""
+    block_k = block_k or (256 if k >= 256 else 128)
+    tiles, chunks = -(-n // block_n), -(-k // block_k)
     split_k = 1
     while tiles * split_k < programs and split_k * 2 <= chunks:
         split_k *= 2
-    return {"BLOCK_N": 64, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": 4, "num_stages": 3}
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": num_warps, "num_stages": 3}
+
+
+def block_rows(m: int) -> int:
+    """The kernel's BLOCK_M for m rows: 16, 32 or 64 (tl.dot needs at least 16)."""
+    return 16 if m <= 16 else 32 if m <= 32 else 64
 
 
 @functools.cache
@@ -148,9 +155,8 @@ if triton is not None:
 
         config = launch_config(n, k, programs_wanted(x.device.index or 0))
         grid = (triton.cdiv(n, config["BLOCK_N"]), config["SPLIT_K"])
-        block_m = 16 if m <= 16 else 32 if m <= 32 else 64  # tl.dot needs 16 rows
-        torch.library.wrap_triton(_nf4_matmul_kernel)[grid](x, packed, absmax, code, y, m, n, k, BLOCK_M=block_m,
-                                                              INTERPRET_DOT=INTERPRET, **config)
+        torch.library.wrap_triton(_nf4_matmul_kernel)[grid](x, packed, absmax, code, y, m, n, k,
+                                                              BLOCK_M=block_rows(m), INTERPRET_DOT=INTERPRET, **config)
         if bias is not None:
             y = y + bias.float()
         return y.to(x.dtype)
