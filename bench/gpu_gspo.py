@@ -145,17 +145,18 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     config = cfg.preset("tiny")
     config.training.importance_sampling_correction = correction
     t = config.training
-    # 8 rollouts decoded per generate call and one optimizer step per rollout; --micro-batch splits the training
-    # forward of those 8 into accumulation steps (less activation and logit memory, the same optimizer step).
-    t.per_device_train_batch_size, t.gradient_accumulation_steps = args.micro_batch, 8 // args.micro_batch
-    t.num_generations, t.generation_batch_size = 4, 8
+    # --generation-batch rollouts (8) decoded per generate call and one optimizer step per rollout; --micro-batch
+    # splits the training forward of those into accumulation steps (less activation and logit memory, the same step).
+    g = args.generation_batch
+    t.per_device_train_batch_size, t.gradient_accumulation_steps = args.micro_batch, g // args.micro_batch
+    t.num_generations, t.generation_batch_size = 4, g
     t.max_completion_length, t.max_steps, t.learning_rate, t.save_steps = args.completion, args.steps, 5e-6, 10_000
     config.model.backend = "unsloth" if args.backend == "unsloth4" else "transformers"
     config.data.max_prompt_tokens = 512  # 512x512 image = 256 image tokens + the question: the static cache's budget
     if args.thinking_budget:  # a Qwen3-VL-Thinking prompt (the turn opens <think>), the budget's processor per rollout
         processor.chat_template = prompts.THINKING_CHAT_TEMPLATE
         t.thinking_budget = args.thinking_budget
-    items = synthetic.generate(8 * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
+    items = synthetic.generate(g * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
     dataset = prompts.to_dataset(items)
     timer, steps = Timer(), []
 
@@ -185,9 +186,10 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     gen = median([s.get("generation_s", 0.0) for s in after_warmup])
     step = median([s["step_s"] for s in after_warmup])
     reward = median([s.get("reward_s", 0.0) for s in after_warmup])
-    tokens = 8 * (median(lengths[args.warmup:] or lengths) if lengths else args.completion)
+    g = args.generation_batch  # completions per step, all decoded in one call
+    tokens = g * (median(lengths[args.warmup:] or lengths) if lengths else args.completion)
     wbytes = weight_bytes(model)
-    per_token = gen / max(1.0, tokens / 8)
+    per_token = gen / max(1.0, tokens / g)
     bound = wbytes / (bandwidth / 2)  # reading the weights once: bytes / read bandwidth (copy counts read+write)
     return {
         "steps": steps, "step_s": step, "generation_s": gen, "reward_s": reward, "training_s": step - gen - reward,
@@ -216,6 +218,8 @@ def main() -> None:
     p.add_argument("--fast-generation", action="store_true")
     p.add_argument("--micro-batch", type=int, choices=[1, 2, 4, 8], default=8,
                    help="completions per training forward (8: the recipe's per_device_train_batch_size)")
+    p.add_argument("--generation-batch", type=int, choices=[8, 16, 32], default=8,
+                   help="completions decoded at once, and per optimizer step ([training] generation_batch_size)")
     p.add_argument("--thinking-budget", type=int, default=0,
                    help="a thinking chat template and [training] thinking_budget = N (0: an Instruct prompt)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
@@ -237,13 +241,15 @@ def run_one(args, model, processor, bandwidth: float, correction: str) -> None:
     started = time.time()
     result = bench_train(args, model, processor, bandwidth, correction)
     result.update(size=args.size, backend=args.backend, completion=args.completion, fast_generation=args.fast_generation,
-                  micro_batch=args.micro_batch, thinking_budget=args.thinking_budget,
+                  micro_batch=args.micro_batch, generation_batch=args.generation_batch,
+                  thinking_budget=args.thinking_budget,
                   gpu=torch.cuda.get_device_name(), copy_bandwidth_tb_s=bandwidth / 1e12,
                   wall_s=time.time() - started, torch=torch.__version__,
                   cuda_alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
     expandable = "expandable_segments:True" in (os.environ.get("PYTORCH_CUDA_ALLOC_CONF") or "")
     name = (f"gspo_{args.size}_{args.backend}{'_fast' if args.fast_generation else ''}_{args.completion}"
             f"{'_expandable' if expandable else ''}{f'_micro{args.micro_batch}' if args.micro_batch != 8 else ''}"
+            f"{f'_gen{args.generation_batch}' if args.generation_batch != 8 else ''}"
             f"{f'_think{args.thinking_budget}' if args.thinking_budget else ''}"
             f"{f'_tis-{correction}' if correction != 'off' or len(args.corrections) > 1 else ''}.json")
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,11 @@
 # GPU rehearsals of the presets (issue 19), on the device machine, carry [".whl", ".rehearsal"]:
 #   bash bench/rehearsal.sh prepare 2b 4b 8b          the data and the random-weight checkpoints, once per machine
 #   bash bench/rehearsal.sh checkpoints 8b            the checkpoints alone (the decode table needs no data)
-#   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> $OUT/NAME.tar.gz
+#   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> NAME.tar.gz
 #   bash bench/rehearsal.sh mathvista NAME PRESET CHECKPOINT [ARGS]   run, on the rehearsal data, 2 training steps
-#   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> $OUT/decode_SIZE.tar.gz
+#   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> decode_SIZE.tar.gz
+# Results go to /tmp/results (kept across calls while the machine is held) and, when $OUT is set, to $OUT too;
+# bench/rehearse_all.sh runs every preset at once, one GPU each, across several calls.
 # What a rehearsal changes and nothing else: the model (random weights of the real shape and config, saved like the
 # hub checkpoint; the 8B pre-quantized to bitsandbytes 4-bit as Unsloth's is, vision tower and lm_head in 16 bits),
 # the data (bench/rehearsal_data.py: ViRL39K's layout, 4,000 rows, pictures at MathVista's real sizes; as the eval
@@ -14,9 +16,13 @@
 set -uo pipefail
 source bench/device_setup.sh
 
+EVAL_ITEMS=${EVAL_ITEMS:-32}     # testmini items each rehearsal evaluates: 4 batches of 8, or one of 32 (the 8B)
+VIRL_ROWS=${VIRL_ROWS:-38870}    # ViRL39K's rows at the release's size: the data stage reads all of them
 prepare() {
-  [ -f /tmp/data/mv8/testmini.jsonl ] || python3 bench/rehearsal_data.py mathvista /tmp/data/mv8 --items 8
-  [ -f /tmp/data/virl/39Krelease.parquet ] || python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items 4000 --workers 16
+  [ -f /tmp/data/mv$EVAL_ITEMS/testmini.jsonl ] || \
+    python3 bench/rehearsal_data.py mathvista /tmp/data/mv$EVAL_ITEMS --items $EVAL_ITEMS --workers "$(nproc)"
+  [ -f /tmp/data/virl/39Krelease.parquet ] || \
+    python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items $VIRL_ROWS --workers "$(nproc)"
   checkpoints "$@"
 }
 
@@ -25,6 +31,7 @@ checkpoints() {
     python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_gspo import build_checkpoint; \
 print(build_checkpoint('$size', Path('/tmp/ckpt')))" 2>&1 | tail -1
   done
+  [[ " $* " == *" 8b "* ]] || { df -h /tmp | tail -1; return; }  # other sizes may be building beside this one
   if [ -d /tmp/ckpt/qwen3-vl-8b-random ] && [ ! -f /tmp/ckpt/qwen3-vl-8b-random-bnb4/config.json ]; then
     python3 - <<'PY' 2>&1 | grep -v Warning | tail -2
 import shutil
@@ -83,7 +90,7 @@ rehearse() {  # rehearse NAME PRESET ARGS...
   local name=$1 preset=$2; shift 2
   local dir=/tmp/runs/$name start=$(date +%s)
   rm -rf "$dir"; mkdir -p /tmp/runs
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 > /tmp/runs/$name.mem &
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "${LANE_GPU:-0}" -lms 500 > /tmp/runs/$name.mem &
   local smi=$!
   VLRL_STAGES=/tmp/runs/$name.stages.json timeout ${JOB_TIMEOUT:-540} python3 bench/rehearsal_cli.py run \
     --preset "$preset" --run-dir "$dir" "$@" > /tmp/runs/$name.log 2>&1
@@ -93,14 +100,15 @@ rehearse() {  # rehearse NAME PRESET ARGS...
   tr '\r' '\n' < /tmp/runs/$name.log | grep -v "it/s\]\|s/it\]\|^\s*$\|^{'loss\|Warning\|warn(" | grep -i "error\|eval:\|data:\|adapter\|gguf\|merged\|done in\|Traceback" | tail -${TAIL:-12}
   summarize "$name" "$dir"
   cp /tmp/runs/$name.log /tmp/runs/$name.mem /tmp/runs/$name.stages.json "$dir"/ 2>/dev/null
-  tar -czf $OUT/$name.tar.gz -C /tmp/runs --exclude="$name/checkpoints" --exclude="$name/eval_images" \
-    --exclude="*.safetensors" --exclude="*.gguf" --exclude=tokenizer.json "$name"
+  tar -czf /tmp/results/$name.tar.gz -C /tmp/runs --exclude="$name/checkpoints" --exclude="$name/eval_images" \
+    --exclude="$name/episode_frames" --exclude="*.safetensors" --exclude="*.gguf" --exclude=tokenizer.json "$name"
+  [ -n "${OUT:-}" ] && cp /tmp/results/$name.tar.gz "$OUT"/
 }
 
 mathvista() {  # mathvista NAME PRESET CHECKPOINT [ARGS]: a MathVista preset on the prepared data, STEPS (2) steps
   local name=$1 preset=$2 ckpt=$3; shift 3
   rehearse "$name" "$preset" --set model.name_or_path="$ckpt" --set data.source=/tmp/data/virl \
-    --set eval.source=/tmp/data/mv8 --set training.max_steps="${STEPS:-2}" "$@"
+    --set eval.source=/tmp/data/mv$EVAL_ITEMS --set training.max_steps="${STEPS:-2}" "$@"
 }
 
 decode() {  # decode SIZE CHECKPOINT [ARGS]
@@ -111,9 +119,11 @@ decode() {  # decode SIZE CHECKPOINT [ARGS]
   echo "== decode $size rc=$? $(( $(date +%s) - start ))s"
   grep "^T+\|^ROW\|^AGREEMENT\|^RECORDER\|^RESULT\|Error\|[Rr]ecompil\|[Gg]raph break" /tmp/decode_$size.log | cut -c1-400 | tail -${TAIL:-30}
   mkdir -p /tmp/decode; cp /tmp/decode_$size.log /tmp/decode/
-  tar -czf $OUT/decode_$size.tar.gz -C /tmp decode
+  tar -czf /tmp/results/decode_$size.tar.gz -C /tmp decode
+  [ -n "${OUT:-}" ] && cp /tmp/results/decode_$size.tar.gz "$OUT"/
 }
 
+[[ "${BASH_SOURCE[0]}" == "$0" ]] || return 0  # sourced for its functions (bench/rehearse_all.sh)
 what=$1; shift
 case "$what" in
   prepare) prepare "$@" ;;

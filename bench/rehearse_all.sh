@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# One whole GPU measurement on a machine of 4 GPUs (carry [".whl", ".rehearsal"]): every MathVista preset rehearsed
+# through `vlrl run` at the real shapes (issue 19), one GPU each, then the decode rows and steps still missing, and
+# the greedy-gain learning runs (issue 20). A lane is the list of jobs of one GPU; lanes start with setsid, so they
+# run on between calls while the machine is held, and each call packs what has finished into $OUT/results.tar.gz:
+#   bash bench/rehearse_all.sh start 540    wheels, data, then the lanes (each builds its checkpoint); waits <= 540 s
+#   bash bench/rehearse_all.sh wait 570     waits up to 570 s more for the lanes; packs
+# Lane logs: /tmp/lanes/laneN.log; results: /tmp/results (rehearsal.sh's run and decode tarballs, logs, JSON).
+set -uo pipefail
+source bench/rehearsal.sh
+export JOB_TIMEOUT=${JOB_TIMEOUT:-1800} PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+CKPT=/tmp/ckpt
+
+wait_for() {  # wait_for FILE: another lane builds it
+  until [ -e "$1" ]; do sleep 5; done
+}
+
+data_ready() {  # the data, generated once (lane 0) and preprocessed once into the datasets cache, timed
+  if [ ! -f /tmp/data/.ready ]; then
+    local start=$(date +%s)
+    prepare
+    echo "== data generated in $(( $(date +%s) - start ))s"
+    start=$(date +%s)  # the first run's preprocessing of ViRL39K (cached for every run after it)
+    python3 -m vlrl data inspect --preset qwen3-vl-2b-mathvista --set data.source=/tmp/data/virl \
+      --set eval.source=/tmp/data/mv$EVAL_ITEMS > /tmp/results/data_first_load.log 2>&1
+    echo "== data preprocessed (first load, rc=$?) in $(( $(date +%s) - start ))s"
+    touch /tmp/data/.ready
+  fi
+}
+
+learn_shift() {  # issue 20: the easy-chart warm start, then GSPO on the harder charts, two variants side by side
+  export OMP_NUM_THREADS=4  # 16 threads each, side by side, spun 50x slower (gpu_jobs.sh)
+  local start=$(date +%s)
+  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml --run-dir runs/greedy-shift-warm \
+    > /tmp/results/greedy-shift-warm.log 2>&1
+  echo "== greedy-shift-warm rc=$? $(( $(date +%s) - start ))s"
+  for variant in greedy-shift greedy-shift-vision; do
+    ( python3 -m vlrl run --config bench/learning/$variant.toml --run-dir /tmp/learn/$variant \
+        > /tmp/results/$variant.log 2>&1
+      echo "== $variant rc=$? $(( $(date +%s) - start ))s"
+      cp /tmp/results/$variant.log /tmp/learn/$variant/run.log
+      tar -czf /tmp/results/learn_$variant.tar.gz -C /tmp/learn --exclude="$variant/checkpoints" \
+        --exclude="$variant/adapter" --exclude="$variant/eval_images" "$variant" ) &
+  done
+  wait
+}
+
+lane0() {  # the 2B preset with every export format; then the learning runs
+  data_ready & checkpoints 2b; wait  # the data on the CPU while the GPU builds the checkpoint
+  mathvista r2b qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]'
+  learn_shift
+}
+
+lane1() {  # the 4B preset; its decode at 16 and 32; an 8B GSPO step decoding 16 at once
+  checkpoints 4b; wait_for /tmp/data/.ready
+  mathvista r4b qwen3-vl-4b-mathvista $CKPT/qwen3-vl-4b-random
+  TAIL=12 decode 4b $CKPT/qwen3-vl-4b-random --batches 16 32
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json
+  local start=$(date +%s)
+  python3 bench/gpu_gspo.py --size 8b --backend bnb4 --checkpoint $CKPT/qwen3-vl-8b-random-bnb4 --completion 1024 \
+    --steps 2 --fast-generation --micro-batch 4 --generation-batch 16 --out /tmp/results > /tmp/results/gspo_8b_gen16.log 2>&1
+  echo "== gspo 8b gen16 rc=$? $(( $(date +%s) - start ))s"; grep "^RESULT" /tmp/results/gspo_8b_gen16.log
+}
+
+lane2() {  # the 8B preset (pre-quantized 4-bit, as Unsloth's)
+  checkpoints 8b; wait_for /tmp/data/.ready
+  mathvista r8b qwen3-vl-8b-mathvista $CKPT/qwen3-vl-8b-random-bnb4
+}
+
+lane3() {  # the 8B Thinking preset (the same weights, a thinking chat template)
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json; wait_for /tmp/data/.ready
+  mathvista r8b-thinking qwen3-vl-8b-thinking-mathvista $CKPT/qwen3-vl-8b-thinking-random-bnb4
+}
+
+report() {  # each lane's markers, and every finished rehearsal's stages
+  for n in 0 1 2 3; do
+    echo "-- lane $n: $(cat /tmp/lanes/lane$n.done 2>/dev/null || echo running)"
+    grep "^== \|^RESULT\|^ROW\|Error\|error:" /tmp/lanes/lane$n.log 2>/dev/null | cut -c1-300 | tail -8
+  done
+  nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
+  df -h /tmp | tail -1
+}
+
+pack() {
+  cp /tmp/lanes/*.log /tmp/results/ 2>/dev/null
+  tar -czf "$OUT/results.tar.gz" -C /tmp results
+  ls -la "$OUT"
+}
+
+wait_lanes() {  # wait_lanes SECONDS
+  local until=$(( $(date +%s) + $1 ))
+  while [ "$(date +%s)" -lt "$until" ] && [ "$(ls /tmp/lanes/*.done 2>/dev/null | wc -l)" -lt 4 ]; do sleep 10; done
+  report; pack
+}
+
+case "${1:-}" in
+  start)
+    mkdir -p /tmp/lanes /tmp/results
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+    for n in 0 1 2 3; do
+      CUDA_VISIBLE_DEVICES=$n LANE_GPU=$n setsid bash -c "source bench/rehearse_all.sh; lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
+        > /tmp/lanes/lane$n.log 2>&1 < /dev/null &
+    done
+    sleep 2; wait_lanes "${2:-540}" ;;
+  wait) wait_lanes "${2:-570}" ;;
+esac
