@@ -2,7 +2,8 @@
 # and the environment every job runs in. Carry [".whl", ".rehearsal"]; for the Crafter presets .whl also holds
 # crafter 1.8.3 (built from its sdist: `pip wheel --no-deps crafter==1.8.3`) and, from
 # EXTRA_WHEELS="opensimplex ruamel.yaml ruamel.yaml.clib imageio", its dependencies. .rehearsal/ may hold llama-cpp-python's
-# installed package and llama.cpp's converters (tar.xz, built on the development machine) for GGUF exports there:
+# installed package and llama.cpp's converters (tar.xz, built on the development machine) for GGUF exports there;
+# llama-cpp-python imports diskcache, which the device image lacks (build the wheels with EXTRA_WHEELS="diskcache"). Then:
 #   make .venv/.gguf && VLRL_CACHE=$PWD/.cache/vlrl .venv/bin/python -c 'import vlrl.export as e; e.llama_cpp_tools()'
 #   mkdir -p .rehearsal && echo /.rehearsal/ >> .git/info/exclude
 #   tar -cJf .rehearsal/llama_cpp_python.tar.xz -C .venv/lib/python3.11/site-packages llama_cpp llama_cpp_python-0.3.36.dist-info

@@ -286,3 +286,24 @@ def test_converters_extract_only_what_vlrl_runs_and_nothing_outside(tmp_path):
     with pytest.raises(export.ExportError, match="leaves its folder"):
         _extract_converters(evil, tmp_path / "evil")
     assert not (tmp_path / "x.py").exists()
+
+
+def test_a_broken_llama_cpp_install_says_what_fails(tmp_path, monkeypatch):
+    """llama-cpp-python present but missing one of its own dependencies (seen on a machine without diskcache): the
+    error names the failing import, instead of asking to install what is installed."""
+    import sys
+
+    from vlrl.errors import MissingExtra
+    from vlrl.export.llama_check import require_llama_cpp as require
+
+    package = tmp_path / "llama_cpp"
+    package.mkdir()
+    (package / "__init__.py").write_text("import diskcache_absent_here\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "llama_cpp" or m.startswith("llama_cpp.")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(MissingExtra, match="installed but does not import.*diskcache_absent_here"):
+        require()
+    monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None)  # not installed at all
+    with pytest.raises(MissingExtra, match=r"pip install 'vlrl\[gguf\]'"):
+        require()

@@ -38,7 +38,7 @@ from vlrl.data.loaders import (
     load_virl39k,
 )
 from vlrl.data.report import SKIP_REASONS, DataReport
-from vlrl.data.split import check_disjoint, drop_eval_overlap, split_holdout
+from vlrl.data.split import check_disjoint, drop_eval_overlap, picture_hashes, split_holdout
 from vlrl.data.splits import known_test_split, training_on_test_warning
 from vlrl.errors import DataError
 from vlrl.images import image_hash
@@ -47,6 +47,6 @@ __all__ = [
     "GEO3K_FIELDS", "IMAGE_FORMATS", "LOADERS", "MATHVISTA_FIELDS", "PREPROCESS_VERSION", "SAMPLE_DIR",
     "SKIP_REASONS", "VIRL39K_FIELDS", "VIRL39K_SAMPLE_DIR", "DataError", "DataReport", "Fields", "check_disjoint",
     "drop_eval_overlap", "image_hash", "known_test_split", "load_eval_rows", "load_generic", "load_geo3k",
-    "load_mathvista", "load_rows", "load_synthetic", "load_virl39k", "loader_name", "split_holdout",
+    "load_mathvista", "load_rows", "load_synthetic", "load_virl39k", "loader_name", "picture_hashes", "split_holdout",
     "training_on_test_warning",
 ]

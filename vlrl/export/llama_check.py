@@ -9,6 +9,7 @@ of the probe image must match the HF vision tower's. Everything runs in float32 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -21,6 +22,9 @@ def require_llama_cpp():
     try:
         import llama_cpp
     except ImportError as err:
+        if importlib.util.find_spec("llama_cpp") is not None:  # installed, but one of its own imports fails
+            raise MissingExtra(f"llama-cpp-python is installed but does not import ({err}); reinstall it with "
+                               "pip install --force-reinstall 'vlrl[gguf]', which brings its dependencies.") from err
         raise MissingExtra("GGUF export is verified with llama.cpp itself: pip install 'vlrl[gguf]' (builds "
                            "llama-cpp-python; a few minutes on first install).") from err
     return llama_cpp
