@@ -8,7 +8,8 @@ A checkpoint with random weights writes random tokens: no tags, no answer, so th
 completion, every advantage is 0, GSPO's gradient is 0 and `vlrl train` rightly refuses the untrained adapter. Here
 the correctness reward also pays the share of a completion's characters that are ASCII letters (0 to 1), which differs
 between random completions of one prompt: the steps then train the LoRA weights for real (non-zero gradients, Adam
-updates, a non-zero adapter to save and verify), at the same cost per step as the preset's own rewards.
+updates, a non-zero adapter to save and verify), at the same cost per step as the preset's own rewards. Episode runs
+(the Crafter presets) get the same through each environment's step reward: a reply's share of ASCII letters.
 
 With VLRL_STAGES=FILE, each stage `vlrl run` announces (its "=== 1/6 model ..." banners) is timed, with the CUDA
 allocator's peak allocated and reserved memory within it, and FILE gets them as JSON when the process ends.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import importlib
 import json
 import os
 import sys
@@ -29,10 +31,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from vlrl import rewards
 from vlrl import run as run_stages
 from vlrl.cli import main
+from vlrl.envs import ENVIRONMENTS
 
 
 def _text(completion) -> str:
     return completion if isinstance(completion, str) else str(completion[-1].get("content", ""))
+
+
+def letter_share(text: str) -> float:
+    """The share of ASCII letters in `text` (0 to 1): what random completions of one prompt differ in."""
+    return sum(ch.isascii() and ch.isalpha() for ch in text) / max(1, len(text))
 
 
 def with_letter_share(correctness):
@@ -41,15 +49,31 @@ def with_letter_share(correctness):
     @functools.wraps(correctness)
     def reward(completions, answer, **kwargs):
         scores = correctness(completions, answer, **kwargs)
-        return [(score or 0.0) + sum(ch.isascii() and ch.isalpha() for ch in _text(c)) / max(1, len(_text(c)))
-                for score, c in zip(scores, completions)]
+        return [(score or 0.0) + letter_share(_text(c)) for score, c in zip(scores, completions)]
 
     return reward
+
+
+def with_reply_letter_share(step):
+    """An environment's `step` whose reward also pays the reply's share of ASCII letters: an episode run (the Crafter
+    presets) whose random replies name no valid action then still has returns that differ within a group."""
+
+    @functools.wraps(step)
+    def wrapped(self, reply: str):
+        result = step(self, reply)
+        result.reward += letter_share(reply)
+        return result
+
+    return wrapped
 
 
 _preset_rewards = rewards.reward_funcs
 rewards.reward_funcs = lambda symbolic=False: [f if i == 0 else with_letter_share(f)
                                                 for i, f in enumerate(_preset_rewards(symbolic))]
+for _spec in ENVIRONMENTS.values():  # "module:Class"; no module imports its game (crafter) before a reset
+    _module, _name = _spec.split(":")
+    _env = getattr(importlib.import_module(_module), _name)
+    _env.step = with_reply_letter_share(_env.step)
 
 
 

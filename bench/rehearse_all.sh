@@ -5,7 +5,11 @@
 # run on between calls while the machine is held, and each call packs what has finished into $OUT/results.tar.gz:
 #   bash bench/rehearse_all.sh start 540    wheels, data, then the lanes (each builds its checkpoint); waits <= 540 s
 #   bash bench/rehearse_all.sh wait 570     waits up to 570 s more for the lanes; packs
+#   PLAN=rest bash bench/rehearse_all.sh start 540    what the first plan left (below); carry .whl with diskcache too
 # Lane logs: /tmp/lanes/laneN.log; results: /tmp/results (rehearsal.sh's run and decode tarballs, logs, JSON).
+# PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left: the 2B GGUF export
+# (it failed on a missing diskcache), the Crafter presets and the testmini-seed preset, the 8B GSPO step at
+# generation batch 16, and the greedy-gain runs from a shorter warm start; written then, not yet run on a GPU.
 set -uo pipefail
 source bench/rehearsal.sh
 export JOB_TIMEOUT=${JOB_TIMEOUT:-1800} PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -55,11 +59,7 @@ lane1() {  # the 4B preset; its decode at 16 and 32; an 8B GSPO step decoding 16
   checkpoints 4b; wait_for /tmp/data/.ready
   mathvista r4b qwen3-vl-4b-mathvista $CKPT/qwen3-vl-4b-random
   TAIL=12 decode 4b $CKPT/qwen3-vl-4b-random --batches 16 32
-  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json
-  local start=$(date +%s)
-  python3 bench/gpu_gspo.py --size 8b --backend bnb4 --checkpoint $CKPT/qwen3-vl-8b-random-bnb4 --completion 1024 \
-    --steps 2 --fast-generation --micro-batch 4 --generation-batch 16 --out /tmp/results > /tmp/results/gspo_8b_gen16.log 2>&1
-  echo "== gspo 8b gen16 rc=$? $(( $(date +%s) - start ))s"; grep "^RESULT" /tmp/results/gspo_8b_gen16.log
+  gspo_8b_gen16
 }
 
 lane2() {  # the 8B preset (pre-quantized 4-bit, as Unsloth's)
@@ -70,6 +70,60 @@ lane2() {  # the 8B preset (pre-quantized 4-bit, as Unsloth's)
 lane3() {  # the 8B Thinking preset (the same weights, a thinking chat template)
   wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json; wait_for /tmp/data/.ready
   mathvista r8b-thinking qwen3-vl-8b-thinking-mathvista $CKPT/qwen3-vl-8b-thinking-random-bnb4
+}
+
+gspo_8b_gen16() {  # an 8B GSPO step decoding 16 rollouts at once: does the preset's step fit 22 GiB at 16?
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json
+  local start=$(date +%s)
+  python3 bench/gpu_gspo.py --size 8b --backend bnb4 --checkpoint $CKPT/qwen3-vl-8b-random-bnb4 --completion 1024 \
+    --steps 2 --fast-generation --micro-batch 4 --generation-batch 16 --out /tmp/results > /tmp/results/gspo_8b_gen16.log 2>&1
+  echo "== gspo 8b gen16 rc=$? $(( $(date +%s) - start ))s"; grep "^RESULT" /tmp/results/gspo_8b_gen16.log
+}
+
+episodes() {  # episodes NAME PRESET CHECKPOINT: a Crafter preset, 2 GSPO steps, 16 of its 64 eval seeds
+  local name=$1 preset=$2 ckpt=$3
+  rehearse "$name" "$preset" --set model.name_or_path="$ckpt" --set training.max_steps="${STEPS:-2}" \
+    --set env.eval_seeds=16
+}
+
+learn_retry() {  # the greedy-shift runs from a warm start stopped while the policy still samples (300 steps)
+  export OMP_NUM_THREADS=4
+  local start=$(date +%s) warm=runs/greedy-shift-warm300
+  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml --set model.warm_start_steps=300 \
+    --run-dir $warm > /tmp/results/greedy-shift-warm300.log 2>&1
+  echo "== greedy-shift-warm300 rc=$? $(( $(date +%s) - start ))s"
+  for variant in greedy-shift greedy-shift-vision; do
+    ( python3 -m vlrl run --config bench/learning/$variant.toml --set model.name_or_path=$warm/sft \
+        --run-dir /tmp/learn/$variant-warm300 > /tmp/results/$variant-warm300.log 2>&1
+      echo "== $variant-warm300 rc=$? $(( $(date +%s) - start ))s"
+      tar -czf /tmp/results/learn_$variant-warm300.tar.gz -C /tmp/learn --exclude="*/checkpoints" \
+        --exclude="*/adapter" --exclude="*/eval_images" "$variant-warm300" ) &
+  done
+  wait
+}
+
+rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine)
+  { data_ready; python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 16; touch /tmp/data/.mv1000; } &
+  checkpoints 2b; wait
+  mathvista r2b-gguf qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]'
+  learn_retry
+}
+
+rest_lane1() {  # the 2B Crafter preset
+  wait_for /tmp/data/.ready; wait_for $CKPT/qwen3-vl-2b-random/config.json
+  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
+}
+
+rest_lane2() {  # the 8B checkpoint, the 8B step at generation batch 16, the testmini-seed preset on testmini's 1,000
+  checkpoints 8b; gspo_8b_gen16
+  wait_for /tmp/data/.mv1000
+  rehearse r8b-seed qwen3-vl-8b-mathvista-testmini-seed --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 \
+    --set data.source=/tmp/data/mv1000 --set training.max_steps="${STEPS:-2}"
+}
+
+rest_lane3() {  # the 8B Crafter preset
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json
+  episodes c8b qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4
 }
 
 report() {  # each lane's markers, and every finished rehearsal's stages
@@ -97,8 +151,9 @@ case "${1:-}" in
   start)
     mkdir -p /tmp/lanes /tmp/results
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
+    lane=lane; [ "${PLAN:-presets}" = rest ] && lane=rest_lane
     for n in 0 1 2 3; do
-      CUDA_VISIBLE_DEVICES=$n LANE_GPU=$n setsid bash -c "source bench/rehearse_all.sh; lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
+      CUDA_VISIBLE_DEVICES=$n LANE_GPU=$n setsid bash -c "source bench/rehearse_all.sh; $lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
         > /tmp/lanes/lane$n.log 2>&1 < /dev/null &
     done
     sleep 2; wait_lanes "${2:-540}" ;;

@@ -94,11 +94,11 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
-    with distributed.main_first():  # a hub data set is downloaded and cached once
+    with distributed.main_first():  # a hub data set is downloaded, preprocessed and its pictures hashed once
         rows, data_report = data.load_rows(config.data, return_report=True)
+        train_rows, held_out = split(config, rows, data_report)
     if data_report.trains_on_test_split:
         log(data_report.trains_on_test_split)
-    train_rows, held_out = split(config, rows, data_report)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
     dropped_train = dropped_eval = 0
