@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vlrl import evaluate, prompts, rewards, synthetic
+from vlrl import answers, evaluate, prompts, rewards, synthetic
 from vlrl.compare import compare, summary
 from vlrl.errors import EvalError
 from vlrl.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
@@ -94,6 +94,32 @@ def test_compare_ten_to_two_flips_is_significant():
     assert (len(c["wrong_to_right"]), len(c["right_to_wrong"])) == (10, 2)
     assert round(c["mcnemar_p"], 4) == 0.0386
     assert "a real change" in summary(c)
+
+
+def test_compare_calls_out_a_policy_collapsed_onto_one_answer():
+    """Seen on the tiny model (GSPO on bar comparisons it was never taught): greedy 0% -> 23.8% on 400 items, McNemar
+    p = 5e-29, and every answer was "9", the largest value the charts draw. The comparison says so, with what that
+    one answer scores everywhere, under the answer grammar (a letter picks its option)."""
+    def item(i, prediction, gold, choices):
+        ok = answers.is_correct(prediction, gold, question_type="multi_choice", choices=choices)
+        return {"id": i, "correct": ok, "format_ok": True, "prediction": prediction, "gold": gold,
+                "question_type": "multi_choice", "choices": choices}
+
+    golds = [("9", ["9", "4"]), ("7", ["2", "7"]), ("9", ["3", "9"]), ("5", ["5", "1"])]
+    before = [item(i, prediction, gold, choices) for i, (prediction, (gold, choices)) in
+              enumerate(zip(("9", "7", "9", "1"), golds))]
+    after = [item(i, "9", gold, choices) for i, (gold, choices) in enumerate(golds)]
+    c = compare(before, after)
+    assert c["answers_after"] == {"top": "9", "top_share": 1.0, "constant_accuracy": 0.5}
+    assert c["answers_before"] == {"top": "9", "top_share": 0.5, "constant_accuracy": 0.5}
+    text = summary(c)
+    assert "one answer after: 100% of the items get '9', and answering it everywhere scores 50.0%" in text
+    assert "one answer before: 50%" in text  # a side at the threshold is called out too
+    letters = [item(i, "A", gold, choices) for i, (gold, choices) in enumerate(golds)]  # option A of each item
+    assert compare(before, letters)["answers_after"]["constant_accuracy"] == 0.5  # options A: "9" and "5" right
+    varied = [item(i, str(i), gold, choices) for i, (gold, choices) in enumerate(golds)]
+    assert "one answer" not in summary(compare(varied, varied))
+    assert compare([rec(1, True)], [rec(1, True)])["answers_after"]["top"] is None  # records without predictions
 
 
 def test_compare_reports_unpaired_items_and_leaves_them_out():

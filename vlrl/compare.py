@@ -11,9 +11,10 @@ alone, so a rate over several samples per item (pass@k) joins accuracy there.
 
 from __future__ import annotations
 
+import collections
 from pathlib import Path
 
-from vlrl import passk
+from vlrl import answers, passk
 from vlrl.errors import EvalError
 from vlrl.records import by_id as records_by_id
 from vlrl.stats import mcnemar_exact, wilson
@@ -23,6 +24,10 @@ from vlrl.stats import mcnemar_exact, wilson
 BREAKDOWN_KEYS = ("skills", "task", "context", "grade", "category", "source", "difficulty")
 REQUIRED = ("id", "correct", "format_ok")  # what a record needs to be compared; the rest is optional
 MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  # averaged per side when present
+# An eval whose most common answer is given to at least this share of its items is called out in the summary: a
+# policy collapsed onto one answer scores what that answer scores, whatever it reads.
+ONE_ANSWER_SHARE = 0.5
+MATCH_FIELDS = ("precision", "question_type", "choices", "unit", "answer_type")  # the record's answer-grammar inputs
 
 
 # --- records -> items --------------------------------------------------------------------------------------------
@@ -64,6 +69,26 @@ def side_stats(records: list[dict], side: str) -> dict:
     for name, values in flags.items():
         out[f"{name}_rate_{side}"] = sum(values) / len(values) if values else None
     return out
+
+
+def answer_spread(records: list[dict]) -> dict:
+    """How varied one side's answers are: its most common prediction (`top`), the share of the items given it
+    (`top_share`), and `constant_accuracy`, what answering `top` on every item would score under the answer grammar.
+    An accuracy near constant_accuracy with a top_share near 1 is a collapse onto one answer, not reading. Records
+    without predictions give `top` None.
+
+    >>> recs = [{"prediction": "9", "gold": g, "correct": g == "9"} for g in ("9", "3", "9", "4")]
+    >>> answer_spread(recs)
+    {'top': '9', 'top_share': 1.0, 'constant_accuracy': 0.5}
+    """
+    given = [str(r["prediction"]).strip() for r in records if r.get("prediction") is not None]
+    counts = collections.Counter(p for p in given if p)
+    if not counts:
+        return {"top": None, "top_share": 0.0, "constant_accuracy": None}
+    top, n = counts.most_common(1)[0]
+    hits = sum(answers.is_correct(top, r["gold"], symbolic=bool(r.get("symbolic")),
+                                  **{k: r.get(k) for k in MATCH_FIELDS}) for r in records if "gold" in r)
+    return {"top": top, "top_share": n / len(records), "constant_accuracy": hits / len(records)}
 
 
 # --- paired ------------------------------------------------------------------------------------------------------
@@ -149,7 +174,8 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
         `*_ci95` (Wilson), means of the reward parts and completion length, degenerate and truncated shares;
         `accuracy_delta` / `format_delta`; `table` (the paired 2x2 counts), `mcnemar_p` (exact, two-sided, on
         correctness), `wrong_to_right` / `right_to_wrong` (ids); `format_mcnemar_p`, `format_gained` /
-        `format_lost`; `breakdown` by metadata. When both sides are sampled evals with K draws per item
+        `format_lost`; `breakdown` by metadata; `answers_before` / `answers_after` (`answer_spread`: the most common
+        answer, its share, what answering it everywhere scores). When both sides are sampled evals with K draws per item
         (`--samples K`), the accuracy fields describe each item's first draw, and `pass_at_k` holds
         `vlrl.passk.compare_pass_at_k` (pass@k for every k, the paired test on pass@1, learned and sharpened
         items) with `meaning`, one sentence on what the curves say.
@@ -185,6 +211,7 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
     result.update(format_mcnemar_p=mcnemar_exact(len(format_gained), len(format_lost)),
                   format_gained=format_gained, format_lost=format_lost)
     result["breakdown"] = breakdown(b_rows, a_rows)
+    result.update(answers_before=answer_spread(b_rows), answers_after=answer_spread(a_rows))
     if passk.is_sampled(b_rows) and passk.is_sampled(a_rows):  # `--samples K` on both sides: pass@k too
         result["pass_at_k"] = _pass_at_k(b_rows, a_rows)
     return result
@@ -212,6 +239,23 @@ def _pass_at_k(before: list[dict], after: list[dict]) -> dict:
     change = passk.compare_pass_at_k(before, after)
     change["meaning"] = passk.describe(change)
     return change
+
+
+def one_answer_notes(comparison: dict) -> list[str]:
+    """A sentence for each side that gave one answer to at least ONE_ANSWER_SHARE of its items (`answer_spread`).
+
+    >>> one_answer_notes({"answers_after": {"top": "9", "top_share": 1.0, "constant_accuracy": 0.238},
+    ...                   "accuracy_after": 0.238})
+    ["one answer after: 100% of the items get '9', and answering it everywhere scores 23.8% (accuracy 23.8%): read the items before trusting the rate"]
+    """
+    notes = []
+    for side in ("before", "after"):
+        spread = comparison.get(f"answers_{side}") or {}
+        if spread.get("top_share", 0) >= ONE_ANSWER_SHARE:
+            notes.append(f"one answer {side}: {spread['top_share']:.0%} of the items get {spread['top']!r}, and "
+                         f"answering it everywhere scores {spread['constant_accuracy']:.1%} (accuracy "
+                         f"{comparison[f'accuracy_{side}']:.1%}): read the items before trusting the rate")
+    return notes
 
 
 def summary(comparison: dict, alpha: float = 0.05) -> str:
@@ -249,6 +293,7 @@ def summary(comparison: dict, alpha: float = 0.05) -> str:
                      f"{pk['pass_at_k_after'][-1]:.1%}; {len(pk['learned'])} learned, {len(pk['sharpened'])} "
                      "sharpened")
         lines.append(pk["meaning"])
+    lines += one_answer_notes(c)
     if c["only_before"] or c["only_after"]:
         lines.append(f"unpaired: {len(c['only_before'])} items only before, {len(c['only_after'])} only after "
                      "(left out of the paired statistics)")

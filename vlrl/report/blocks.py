@@ -16,7 +16,7 @@ import io
 import json
 from pathlib import Path
 
-from vlrl.compare import compare, with_samples
+from vlrl.compare import compare, one_answer_notes, with_samples
 from vlrl.records import image_paths, read_records
 from vlrl.rundir import RunDir
 
@@ -118,7 +118,8 @@ def verdict(c: dict) -> str:
             f"items: {len(c['wrong_to_right'])} wrong&rarr;right, {len(c['right_to_wrong'])} right&rarr;wrong, "
             f"McNemar exact p = {num(c['mcnemar_p'])}: "
             + ("<b>a real change</b> at the 0.05 level." if significant else
-               "<b>not distinguishable from noise</b> at the 0.05 level."))
+               "<b>not distinguishable from noise</b> at the 0.05 level.")
+            + "".join(f" <b>Warning</b>, {html.escape(note)}." for note in one_answer_notes(c)))
 
 
 def comparison_table(c: dict) -> str:
