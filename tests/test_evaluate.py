@@ -114,11 +114,14 @@ def test_compare_calls_out_a_policy_collapsed_onto_one_answer():
     assert c["answers_before"] == {"top": "9", "top_share": 0.5, "constant_accuracy": 0.5}
     text = summary(c)
     assert "one answer after: 100% of the items get '9', and answering it everywhere scores 50.0%" in text
-    assert "one answer before: 50%" in text  # a side at the threshold is called out too
+    assert "one answer before" not in text  # "9" on half the items, but 75% right: 25 points above "9" alone
     letters = [item(i, "A", gold, choices) for i, (gold, choices) in enumerate(golds)]  # option A of each item
     assert compare(before, letters)["answers_after"]["constant_accuracy"] == 0.5  # options A: "9" and "5" right
     varied = [item(i, str(i), gold, choices) for i, (gold, choices) in enumerate(golds)]
     assert "one answer" not in summary(compare(varied, varied))
+    right = [item(i, gold, gold, choices) for i, (gold, choices) in enumerate(golds)]  # "9" half the time, all right
+    assert compare(before, right)["answers_after"]["top_share"] == 0.5
+    assert "one answer after" not in summary(compare(before, right))  # 100% accuracy, far above what "9" scores
     assert compare([rec(1, True)], [rec(1, True)])["answers_after"]["top"] is None  # records without predictions
 
 

@@ -24,9 +24,12 @@ from vlrl.stats import mcnemar_exact, wilson
 BREAKDOWN_KEYS = ("skills", "task", "context", "grade", "category", "source", "difficulty")
 REQUIRED = ("id", "correct", "format_ok")  # what a record needs to be compared; the rest is optional
 MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  # averaged per side when present
-# An eval whose most common answer is given to at least this share of its items is called out in the summary: a
-# policy collapsed onto one answer scores what that answer scores, whatever it reads.
+# An eval whose most common answer is given to at least ONE_ANSWER_SHARE of its items, and whose accuracy is within
+# ONE_ANSWER_MARGIN of what that answer alone scores everywhere, is called out in the summary: a policy collapsed onto
+# one answer scores what that answer scores, whatever it reads (a model that mostly says "Yes" on a yes-heavy set,
+# and is right far more often than "Yes" alone would be, is not called out).
 ONE_ANSWER_SHARE = 0.5
+ONE_ANSWER_MARGIN = 0.1
 MATCH_FIELDS = ("precision", "question_type", "choices", "unit", "answer_type")  # the record's answer-grammar inputs
 
 
@@ -242,7 +245,8 @@ def _pass_at_k(before: list[dict], after: list[dict]) -> dict:
 
 
 def one_answer_notes(comparison: dict) -> list[str]:
-    """A sentence for each side that gave one answer to at least ONE_ANSWER_SHARE of its items (`answer_spread`).
+    """A sentence for each side that gave one answer to at least ONE_ANSWER_SHARE of its items and scored within
+    ONE_ANSWER_MARGIN of what that answer alone scores (`answer_spread`).
 
     >>> one_answer_notes({"answers_after": {"top": "9", "top_share": 1.0, "constant_accuracy": 0.238},
     ...                   "accuracy_after": 0.238})
@@ -251,7 +255,9 @@ def one_answer_notes(comparison: dict) -> list[str]:
     notes = []
     for side in ("before", "after"):
         spread = comparison.get(f"answers_{side}") or {}
-        if spread.get("top_share", 0) >= ONE_ANSWER_SHARE:
+        accuracy = comparison.get(f"accuracy_{side}")
+        if (spread.get("top_share", 0) >= ONE_ANSWER_SHARE and accuracy is not None
+                and accuracy <= spread["constant_accuracy"] + ONE_ANSWER_MARGIN):
             notes.append(f"one answer {side}: {spread['top_share']:.0%} of the items get {spread['top']!r}, and "
                          f"answering it everywhere scores {spread['constant_accuracy']:.1%} (accuracy "
                          f"{comparison[f'accuracy_{side}']:.1%}): read the items before trusting the rate")
