@@ -17,6 +17,7 @@ from pathlib import Path
 from vlrl import answers, passk
 from vlrl.errors import EvalError
 from vlrl.records import by_id as records_by_id
+from vlrl.rewards import META_COLUMNS
 from vlrl.stats import mcnemar_exact, wilson
 
 # Metadata keys the comparison breaks accuracy down by (MathVista's and the synthetic generator's); a list value
@@ -30,7 +31,6 @@ MEANS = ("reward", "format_reward", "correctness_reward", "completion_tokens")  
 # and is right far more often than "Yes" alone would be, is not called out).
 ONE_ANSWER_SHARE = 0.5
 ONE_ANSWER_MARGIN = 0.1
-MATCH_FIELDS = ("precision", "question_type", "choices", "unit", "answer_type")  # the record's answer-grammar inputs
 
 
 # --- records -> items --------------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def answer_spread(records: list[dict]) -> dict:
         return {"top": None, "top_share": 0.0, "constant_accuracy": None}
     top, n = counts.most_common(1)[0]
     hits = sum(answers.is_correct(top, r["gold"], symbolic=bool(r.get("symbolic")),
-                                  **{k: r.get(k) for k in MATCH_FIELDS}) for r in records if "gold" in r)
+                                  **{k: r.get(k) for k in META_COLUMNS}) for r in records if "gold" in r)
     return {"top": top, "top_share": n / len(records), "constant_accuracy": hits / len(records)}
 
 
@@ -260,7 +260,7 @@ def one_answer_notes(comparison: dict) -> list[str]:
                 and accuracy <= spread["constant_accuracy"] + ONE_ANSWER_MARGIN):
             notes.append(f"one answer {side}: {spread['top_share']:.0%} of the items get {spread['top']!r}, and "
                          f"answering it everywhere scores {spread['constant_accuracy']:.1%} (accuracy "
-                         f"{comparison[f'accuracy_{side}']:.1%}): read the items before trusting the rate")
+                         f"{accuracy:.1%}): read the items before trusting the rate")
     return notes
 
 
