@@ -32,19 +32,21 @@ data_ready() {  # the data, generated once (lane 0) and preprocessed once into t
   fi
 }
 
-learn_shift() {  # issue 20: the easy-chart warm start, then GSPO on the harder charts, two variants side by side
+learn_shift() {  # learn_shift [WARM_STEPS]: issue 20's easy-chart warm start (the run file's 1,000 steps, or
+  # WARM_STEPS), then GSPO on the harder charts, two variants side by side
   export OMP_NUM_THREADS=4  # 16 threads each, side by side, spun 50x slower (gpu_jobs.sh)
-  local start=$(date +%s)
-  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml --run-dir runs/greedy-shift-warm \
-    > /tmp/results/greedy-shift-warm.log 2>&1
-  echo "== greedy-shift-warm rc=$? $(( $(date +%s) - start ))s"
+  local steps=${1:-} tag=${1:+-warm$1} start=$(date +%s)
+  local warm=runs/greedy-shift-warm$steps
+  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml ${steps:+--set model.warm_start_steps=$steps} \
+    --run-dir $warm > /tmp/results/greedy-shift-warm${steps}_sft.log 2>&1  # apart from the runs' logs
+  echo "== greedy-shift-warm${steps} sft rc=$? $(( $(date +%s) - start ))s"
   for variant in greedy-shift greedy-shift-vision; do
-    ( python3 -m vlrl run --config bench/learning/$variant.toml --run-dir /tmp/learn/$variant \
-        > /tmp/results/$variant.log 2>&1
-      echo "== $variant rc=$? $(( $(date +%s) - start ))s"
-      cp /tmp/results/$variant.log /tmp/learn/$variant/run.log
-      tar -czf /tmp/results/learn_$variant.tar.gz -C /tmp/learn --exclude="$variant/checkpoints" \
-        --exclude="$variant/adapter" --exclude="$variant/eval_images" "$variant" ) &
+    ( python3 -m vlrl run --config bench/learning/$variant.toml --set model.name_or_path=$warm/sft \
+        --run-dir /tmp/learn/$variant$tag > /tmp/results/$variant$tag.log 2>&1
+      echo "== $variant$tag rc=$? $(( $(date +%s) - start ))s"
+      cp /tmp/results/$variant$tag.log /tmp/learn/$variant$tag/run.log
+      tar -czf /tmp/results/learn_$variant$tag.tar.gz -C /tmp/learn --exclude="*/checkpoints" \
+        --exclude="*/adapter" --exclude="*/eval_images" "$variant$tag" ) &
   done
   wait
 }
@@ -86,27 +88,11 @@ episodes() {  # episodes NAME PRESET CHECKPOINT: a Crafter preset, 2 GSPO steps,
     --set env.eval_seeds=16
 }
 
-learn_retry() {  # the greedy-shift runs from a warm start stopped while the policy still samples (300 steps)
-  export OMP_NUM_THREADS=4
-  local start=$(date +%s) warm=runs/greedy-shift-warm300
-  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml --set model.warm_start_steps=300 \
-    --run-dir $warm > /tmp/results/greedy-shift-warm300.log 2>&1
-  echo "== greedy-shift-warm300 rc=$? $(( $(date +%s) - start ))s"
-  for variant in greedy-shift greedy-shift-vision; do
-    ( python3 -m vlrl run --config bench/learning/$variant.toml --set model.name_or_path=$warm/sft \
-        --run-dir /tmp/learn/$variant-warm300 > /tmp/results/$variant-warm300.log 2>&1
-      echo "== $variant-warm300 rc=$? $(( $(date +%s) - start ))s"
-      tar -czf /tmp/results/learn_$variant-warm300.tar.gz -C /tmp/learn --exclude="*/checkpoints" \
-        --exclude="*/adapter" --exclude="*/eval_images" "$variant-warm300" ) &
-  done
-  wait
-}
-
 rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine)
   { data_ready; python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 16; touch /tmp/data/.mv1000; } &
   checkpoints 2b; wait
   mathvista r2b-gguf qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]'
-  learn_retry
+  learn_shift 300  # a warm start stopped while the policy still samples
 }
 
 rest_lane1() {  # the 2B Crafter preset
