@@ -9,7 +9,7 @@
 # Lane logs: /tmp/lanes/laneN.log; results: /tmp/results (rehearsal.sh's run and decode tarballs, logs, JSON).
 # PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left: the 2B GGUF export
 # (it failed on a missing diskcache), the Crafter presets and the testmini-seed preset, the 8B GSPO step at
-# generation batch 16, and the greedy-gain runs from a shorter warm start; written then, not yet run on a GPU.
+# generation batch 16, and issue 20's greedy-gain runs (bench/learning/offbyone*.toml).
 set -uo pipefail
 source bench/rehearsal.sh
 export JOB_TIMEOUT=${JOB_TIMEOUT:-1800} PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -88,16 +88,34 @@ episodes() {  # episodes NAME PRESET CHECKPOINT: a Crafter preset, 2 GSPO steps,
     --set env.eval_seeds=16
 }
 
-rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine)
+rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine); the 2B Crafter preset
   { data_ready; python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 16; touch /tmp/data/.mv1000; } &
   checkpoints 2b; wait
   mathvista r2b-gguf qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]'
-  learn_shift 300  # a warm start stopped while the policy still samples
+  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
 }
 
-rest_lane1() {  # the 2B Crafter preset
-  wait_for /tmp/data/.ready; wait_for $CKPT/qwen3-vl-2b-random/config.json
-  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
+learn_offbyone() {  # issue 20's greedy gain: a warm start on labels one too high (offbyone-warm.toml), then GSPO at
+  # two learning rates side by side on the true questions
+  export OMP_NUM_THREADS=4
+  local start=$(date +%s) warm=runs/offbyone-warm
+  python3 bench/learning/offbyone_data.py runs/offbyone-data > /tmp/results/offbyone_data.log 2>&1
+  python3 -m vlrl sft --config bench/learning/offbyone-warm.toml --run-dir $warm > /tmp/results/offbyone-warm_sft.log 2>&1
+  echo "== offbyone-warm sft rc=$? $(( $(date +%s) - start ))s"
+  cp $warm/sft/sft_log.jsonl /tmp/results/offbyone-warm_sft_log.jsonl
+  for lr in 3e-4 1e-3; do
+    ( python3 -m vlrl run --config bench/learning/offbyone.toml --set training.learning_rate=$lr \
+        --run-dir /tmp/learn/offbyone-lr$lr > /tmp/results/offbyone-lr$lr.log 2>&1
+      echo "== offbyone-lr$lr rc=$? $(( $(date +%s) - start ))s"
+      cp /tmp/results/offbyone-lr$lr.log /tmp/learn/offbyone-lr$lr/run.log
+      tar -czf /tmp/results/learn_offbyone-lr$lr.tar.gz -C /tmp/learn --exclude="*/checkpoints" \
+        --exclude="*/eval_images" "offbyone-lr$lr" ) &
+  done
+  wait
+}
+
+rest_lane1() {  # the greedy-gain runs (issue 20)
+  learn_offbyone
 }
 
 rest_lane2() {  # the 8B checkpoint, the 8B step at generation batch 16, the testmini-seed preset on testmini's 1,000
