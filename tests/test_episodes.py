@@ -270,7 +270,7 @@ def test_episode_eval_writes_records_and_frames_and_resumes(policy, tmp_path):
 
 
 @pytest.mark.slow
-def test_crafter_tiny_runs_end_to_end(tmp_path):
+def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     """The crafter-tiny preset's whole loop on real Crafter worlds: baseline episodes, two GSPO steps, episodes after,
     the comparison and the report. The export stage then verifies the adapter: trained when some group's returns
     differed, else refused with its reason (four turns of the tiny model rarely unlock an achievement)."""
@@ -278,8 +278,20 @@ def test_crafter_tiny_runs_end_to_end(tmp_path):
     from vlrl import cli, export
     from vlrl.records import read_records
 
+    from vlrl.episodes import rollout
+
+    played, play_batch = [], rollout._play_batch  # how many episodes each rollout batch played together
+
+    def recording(model, processor, make_env, seeds, settings):
+        played.append(len(seeds))
+        return play_batch(model, processor, make_env, seeds, settings)
+
+    monkeypatch.setattr(rollout, "_play_batch", recording)
     run = tmp_path / "crafter"
-    code = cli.main(["run", "--preset", "crafter-tiny", "--run-dir", str(run)])
+    # two of each step's four training episodes at a time: the 2B/8B presets' cap on the rollout's memory
+    code = cli.main(["run", "--preset", "crafter-tiny", "--run-dir", str(run), "--set",
+                     "training.generation_batch_size=2"])
+    assert played == [4, 2, 2, 2, 2, 4]  # the 4 eval episodes at once, before and after; each step 2 x 2
     before, after = read_records(run / "eval_before.jsonl"), read_records(run / "eval_after.jsonl")
     assert [r["seed"] for r in before] == [r["seed"] for r in after] == [0, 1, 2, 3]
     assert all(r["env"] == "crafter" and r["length"] >= 1 for r in before + after)
@@ -290,6 +302,23 @@ def test_crafter_tiny_runs_end_to_end(tmp_path):
         assert code == 0 and export.verify_adapter(run / "adapter")["nonzero_lora_B"] > 0
     else:  # no reward anywhere: no advantage, no update, and the export says so instead of shipping a zero adapter
         assert code == 1
+
+
+def test_sampled_decoding_draws_on_the_device_of_the_scores():
+    """The sampler's uniform draw is made where the logits are (a CPU draw against CUDA logits stopped the Crafter
+    presets' first GSPO step on the GPU); the meta device stands in for CUDA here."""
+    import torch
+
+    from vlrl.episodes.rollout import Sample
+
+    assert Sample(1.0)(None, torch.zeros(2, 3000, device="meta")).device.type == "meta"
+
+
+def test_an_episode_runs_rollout_batch_need_not_divide_like_trls():
+    config = cfg.preset("crafter-tiny", overrides=["training.generation_batch_size=2"])
+    assert config.training.generation_batch_size == 2  # under per_device_train_batch_size 4: fine for episodes
+    with pytest.raises(ConfigError, match="must be a multiple of per_device_train_batch_size"):
+        cfg.preset("tiny", overrides=["training.generation_batch_size=3"])
 
 
 def test_episode_runs_are_refused_under_several_processes():

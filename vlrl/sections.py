@@ -59,7 +59,7 @@ class TrainingConfig:
     # (batch x accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before
     # its forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding
     # throughput. Per process, so a preset decodes as many at once on each of N GPUs as on one (TRL's own
-    # generation_batch_size is this times the processes).
+    # generation_batch_size is this times the processes). An episode run plays this many episodes at once.
     generation_batch_size: int = 0
     # The optimizer (OPTIMIZERS): "" is the recipe's AdamW; "sgd", plain SGD, whose step follows the gradient's size
     # (AdamW moves every weight by about the learning rate, the vocabulary rows of a LoRA head included)

@@ -93,7 +93,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add(f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds "
                 f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
                 "this model needs a cold start.")
-    problems += _batch_problems(t, processes)
+    problems += _batch_problems(t, processes, episodes=bool(config.env.name))
     for section, key, value, choices in (("model", "lora_targets", m.lora_targets, LORA_TARGETS),
                                          ("training", "optim", t.optim, OPTIMIZERS),
                                          ("training", "recipe", t.recipe, RECIPES),
@@ -258,8 +258,9 @@ def _tracker_problems(report_to) -> list[str]:
     return problems
 
 
-def _batch_problems(t: TrainingConfig, processes: int) -> list[str]:
-    """GSPO compares completions of one prompt: every batch TRL forms must hold whole groups of num_generations."""
+def _batch_problems(t: TrainingConfig, processes: int, *, episodes: bool = False) -> list[str]:
+    """GSPO compares completions of one prompt: every batch TRL forms must hold whole groups of num_generations.
+    An episode run's generation_batch_size is only how many episodes play at once: any size groups them whole."""
     if t.num_generations < 2:
         return [(f"[training] num_generations = {t.num_generations} must be at least 2: GSPO compares completions "
                  "of the same prompt, and one has no group to compare with.")]
@@ -277,7 +278,7 @@ def _batch_problems(t: TrainingConfig, processes: int) -> list[str]:
             f"multiple of [training] num_generations = {t.num_generations}, so every prompt's group is complete; "
             f"set num_generations to a divisor of {generation_batch} (e.g. {_nearest(divisors, t.num_generations)}) "
             "or change the batch.")
-    if t.generation_batch_size:
+    if t.generation_batch_size and not episodes:
         if t.recipe == "gspo-paper":
             problems.append(
                 f"[training] generation_batch_size = {t.generation_batch_size} cannot be combined with recipe "

@@ -209,7 +209,8 @@ def train(config, policy, processor, make_env, run, train_seeds: list[int], sett
     for step in range(done + 1, steps + 1):
         torch.manual_seed(t.seed * 100_003 + step)  # the same step samples the same episodes after a resume
         started = time.time()
-        episodes = play(policy, processor, make_env, step_seeds(config, step, train_seeds), settings)
+        episodes = play(policy, processor, make_env, step_seeds(config, step, train_seeds), settings,
+                        batch_size=t.generation_batch_size)  # 0: the step's episodes all at once
         rolled = time.time()
         adv = advantages([e.total_return for e in episodes], t.num_generations, scale=scale,
                          valid=[e.status != "failed" for e in episodes])

@@ -289,10 +289,10 @@ class Sample:
         blocks = -(-vocab // self.BLOCK)
         probs = torch.nn.functional.pad(probs, (0, blocks * self.BLOCK - vocab)).view(rows, blocks, self.BLOCK)
         upto = probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # (rows, blocks)
-        u = torch.rand(rows, 1, dtype=torch.float64) * upto[:, -1:]
+        u = torch.rand(rows, 1, dtype=torch.float64, device=scores.device) * upto[:, -1:]
         block = torch.searchsorted(upto, u).clamp(max=blocks - 1)  # (rows, 1)
         before = torch.where(block > 0, upto.gather(1, (block - 1).clamp(min=0)), 0.0)
-        inside = probs[torch.arange(rows), block[:, 0]].double().cumsum(dim=-1) + before
+        inside = probs[torch.arange(rows, device=scores.device), block[:, 0]].double().cumsum(dim=-1) + before
         token = block * self.BLOCK + torch.searchsorted(inside, u).clamp(max=self.BLOCK - 1)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter_(1, token.clamp(max=vocab - 1), 0.0)
