@@ -139,9 +139,13 @@ report() {  # each lane's markers, and every finished rehearsal's stages
   df -h /tmp | tail -1
 }
 
-pack() {
+pack() {  # $OUT's files come back at 16 MiB each at most: the learning runs, the rehearsals and the rest apart
   cp /tmp/lanes/*.log /tmp/results/ 2>/dev/null
-  tar -czf "$OUT/results.tar.gz" -C /tmp results
+  ls -la /tmp/results
+  (cd /tmp/results && tar -czf "$OUT/learn.tar.gz" $(ls -d learn_* offbyone* greedy* 2>/dev/null)
+   tar -czf "$OUT/rehearsals.tar.gz" $(ls -d r*.tar.gz c*.tar.gz 2>/dev/null)
+   tar -czf "$OUT/rest.tar.gz" --exclude="run-off" --exclude="learn_*" --exclude="offbyone*" --exclude="greedy*" --exclude="r*.tar.gz" \
+     --exclude="c*.tar.gz" .)
   ls -la "$OUT"
 }
 

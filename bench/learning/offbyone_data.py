@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--difficulty", type=int, default=2)
     p.add_argument("--image-size", type=int, default=128)
     a = p.parse_args(argv)
-    kw = dict(image_size=a.image_size, difficulty=a.difficulty, tasks=tuple(a.tasks))
+    kw = {"image_size": a.image_size, "difficulty": a.difficulty, "tasks": tuple(a.tasks)}
     run_pictures = {image_hash(item["image"]) for item in generate(a.run_items, seed=0, **kw)}
     rng = random.Random(a.seed)
     (a.out / "images").mkdir(parents=True, exist_ok=True)
