@@ -60,7 +60,7 @@ def build_checkpoint(size: str, root: Path) -> Path:
     if (path / "config.json").exists():
         return path
     torch.manual_seed(0)
-    with torch.device("cuda"):
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # the CPU builds the 2B for export checks
         model = Qwen3VLForConditionalGeneration(qwen3_vl_config(size)).to(torch.bfloat16)
     model.save_pretrained(path)
     build_processor(max_pixels=16384 * 28 * 28).save_pretrained(path)

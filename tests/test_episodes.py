@@ -276,9 +276,8 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     differed, else refused with its reason (four turns of the tiny model rarely unlock an achievement)."""
     pytest.importorskip("crafter")
     from vlrl import cli, export
-    from vlrl.records import read_records
-
     from vlrl.episodes import rollout
+    from vlrl.records import read_records
 
     played, play_batch = [], rollout._play_batch  # how many episodes each rollout batch played together
 
