@@ -86,7 +86,8 @@ def export_gguf(adapter_dir: str | Path, output_dir: str | Path, *, outtype: str
         structure = check_gguf_structure(files, tmp / "merged", adapter_dir, tools)
         seconds["read back"] = time.time() - t
         t = time.time()
-        numbers = check_with_llama_cpp(llama_cpp, files, base_gguf, tmp / "merged", outtype)
+        numbers = check_with_llama_cpp(llama_cpp, files, base_gguf, tmp / "merged", outtype,
+                                       adapter_dir=adapter_dir, base_dir=base_dir)
         seconds["llama.cpp checks"] = time.time() - t
     result = {"files": {k: str(v) for k, v in files.items()}, "bytes": {k: disk_size(v) for k, v in files.items()},
               "outtype": outtype, **structure, **numbers,
