@@ -9,6 +9,10 @@ right one is still sampled, which an exact reward can find and reinforce. The he
 (`vlrl.synthetic`, the run file's own items), and no warm-start item shows a picture of the run's items.
 
     python bench/learning/offbyone_data.py runs/offbyone-data      # -> runs/offbyone-data/testmini.jsonl + images/
+
+Ran 2026-11-26: 1,500 warm-start steps did not teach the small model to read values up to 20, so there was no
+one-too-high mode to correct; GSPO's greedy gain came from counting and the answer format
+(bench/results/greedy_demo/README.md).
 """
 
 from __future__ import annotations
