@@ -7,9 +7,9 @@
 #   bash bench/rehearse_all.sh wait 570     waits up to 570 s more for the lanes; packs
 #   PLAN=rest bash bench/rehearse_all.sh start 540    what the first plan left (below); carry .whl with diskcache too
 # Lane logs: /tmp/lanes/laneN.log; results: /tmp/results (rehearsal.sh's run and decode tarballs, logs, JSON).
-# PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left: the 2B GGUF export
-# (it failed on a missing diskcache), the Crafter presets and the testmini-seed preset, the 8B GSPO step at
-# generation batch 16, and issue 20's greedy-gain runs (bench/learning/offbyone*.toml).
+# PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left, run the same day
+# (rehearsal.md, "Second session"), less what finished then: the 2B GGUF export on the GPU with a visible adapter, the
+# Crafter presets (their GSPO step crashed then, since fixed, at their new episode batches) and the testmini-seed preset.
 set -uo pipefail
 source bench/rehearsal.sh
 export JOB_TIMEOUT=${JOB_TIMEOUT:-1800} PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -88,14 +88,13 @@ episodes() {  # episodes NAME PRESET CHECKPOINT: a Crafter preset, 2 GSPO steps,
     --set env.eval_seeds=16
 }
 
-rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine); the 2B Crafter preset
+rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine)
   { data_ready; python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 16; touch /tmp/data/.mv1000; } &
   checkpoints 2b; wait
   # lr 1e-3, not the preset's 5e-6: an adapter far over the GGUF check's tolerance (2 steps at 5e-6: 2.8e-2, refused by
   # the check's old bf16-merged reference, which had rounded it away; rehearsal.md)
   mathvista r2b-gguf qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]' \
     --set training.learning_rate=1e-3
-  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
 }
 
 learn_offbyone() {  # issue 20's greedy gain: a warm start on labels one too high (offbyone-warm.toml), then GSPO at
@@ -117,12 +116,13 @@ learn_offbyone() {  # issue 20's greedy gain: a warm start on labels one too hig
   wait
 }
 
-rest_lane1() {  # the greedy-gain runs (issue 20)
-  learn_offbyone
+rest_lane1() {  # the 2B Crafter preset (learn_offbyone, issue 20's greedy gain, ran here on 2026-11-26)
+  wait_for /tmp/data/.ready; wait_for $CKPT/qwen3-vl-2b-random/config.json
+  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
 }
 
-rest_lane2() {  # the 8B checkpoint, the 8B step at generation batch 16, the testmini-seed preset on testmini's 1,000
-  checkpoints 8b; gspo_8b_gen16
+rest_lane2() {  # the 8B checkpoint, the testmini-seed preset on testmini's 1,000 (gspo_8b_gen16 ran on 2026-11-26)
+  checkpoints 8b
   wait_for /tmp/data/.mv1000
   rehearse r8b-seed qwen3-vl-8b-mathvista-testmini-seed --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 \
     --set data.source=/tmp/data/mv1000 --set training.max_steps="${STEPS:-2}"
