@@ -43,7 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--items", type=int, default=16384)
     p.add_argument("--bias", type=float, default=0.6, help="share of labels one too high")
     p.add_argument("--seed", type=int, default=7, help="the warm start's seed (the run's items use seed 0)")
-    p.add_argument("--run-items", type=int, default=4000, help="the run's [data] num_items, whose pictures are excluded")
+    p.add_argument("--run-items", type=int, default=4000,
+                   help="the run's [data] num_items, whose pictures are excluded")
     p.add_argument("--tasks", nargs="+", default=["bar_value", "line_value", "count"])
     p.add_argument("--difficulty", type=int, default=2)
     p.add_argument("--image-size", type=int, default=128)

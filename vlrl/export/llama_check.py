@@ -1,12 +1,13 @@
 """llama.cpp's own check of the GGUF files, through llama-cpp-python: its logits and image embeddings against the
-HF merged model's.
+HF models they were converted from.
 
 Each GGUF is held to the HF model it was converted from, on the text probe's next-token logits within
 `TOLERANCE["gguf-<type>"]`: the merged GGUF to the merged checkpoint; the base GGUF with the adapter GGUF to the base
 with the adapter unmerged (PEFT), since llama.cpp also applies it unmerged, and a bf16 merge rounds W + BA where the
 adapter GGUF does not (at the 2B shape that rounding alone moved the logits 2.7e-2, five times the f16 tolerance).
-The base GGUF alone must not match, or the check could not see the adapter. The mmproj must load as a vision projector in llama.cpp's multimodal library (libmtmd), and its embeddings
-of the probe image must match the HF vision tower's. Everything runs in float32 on the CPU.
+The base GGUF alone must not match, or the check could not see the adapter. The mmproj must load as a vision
+projector in llama.cpp's multimodal library (libmtmd), and its embeddings of the probe image must match the HF
+vision tower's. Everything runs in float32 on the CPU.
 """
 
 from __future__ import annotations
