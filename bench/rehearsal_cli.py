@@ -78,7 +78,8 @@ for _spec in ENVIRONMENTS.values():  # "module:Class"; no module imports its gam
 
 
 class StageClock:
-    """Wall time and peak CUDA memory of each stage between `vlrl.run.banner` calls, written to `path` at exit."""
+    """Wall time and peak CUDA memory of each stage between `vlrl.run.banner` calls, written to `path` as each stage
+    ends (a run cut by its time limit keeps the stages it finished) and at exit."""
 
     def __init__(self, path: str):
         self.path, self.stages, self.current, self.started = path, [], None, time.time()
@@ -104,7 +105,7 @@ class StageClock:
                 torch.cuda.reset_peak_memory_stats()
             self.stages.append(stage)
             self.current = None
-        if final:
+        if self.stages or final:
             Path(self.path).write_text(json.dumps({"stages": self.stages,
                                                    "process_s": round(time.time() - self.started, 2)}, indent=2))
 

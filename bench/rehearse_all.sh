@@ -10,6 +10,8 @@
 # PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left, run the same day
 # (rehearsal.md, "Second session"), less what finished then: the 2B GGUF export on the GPU with a visible adapter, the
 # Crafter presets (their GSPO step crashed then, since fixed, at their new episode batches) and the testmini-seed preset.
+# Run a third time (rehearsal.md, "Third session"): the Crafter presets cut to one eval batch and one step of one
+# generation batch, so that all four lanes finish within one session's device time.
 set -uo pipefail
 source bench/rehearsal.sh
 export JOB_TIMEOUT=${JOB_TIMEOUT:-1800} PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -82,15 +84,17 @@ gspo_8b_gen16() {  # an 8B GSPO step decoding 16 rollouts at once: does the pres
   echo "== gspo 8b gen16 rc=$? $(( $(date +%s) - start ))s"; grep "^RESULT" /tmp/results/gspo_8b_gen16.log
 }
 
-episodes() {  # episodes NAME PRESET CHECKPOINT: a Crafter preset, 2 GSPO steps, 16 of its 64 eval seeds
-  local name=$1 preset=$2 ckpt=$3
-  rehearse "$name" "$preset" --set model.name_or_path="$ckpt" --set training.max_steps="${STEPS:-2}" \
-    --set env.eval_seeds=16
+episodes() {  # episodes NAME PRESET CHECKPOINT SEEDS ACCUMULATION: a Crafter preset, one GSPO step, SEEDS of its 64
+  # eval seeds (one eval batch), the step cut to ACCUMULATION micro-batches of the preset's 4 episodes (one generation
+  # batch): every turn, batch and micro-batch at the preset's size, only fewer of them (each 16-turn batch of
+  # episodes takes minutes; rehearsal.md projects the whole preset from them)
+  local name=$1 preset=$2 ckpt=$3 seeds=$4 accumulation=$5
+  rehearse "$name" "$preset" --set model.name_or_path="$ckpt" --set training.max_steps="${STEPS:-1}" \
+    --set env.eval_seeds="$seeds" --set training.gradient_accumulation_steps="$accumulation"
 }
 
 rest_lane0() {  # the 2B preset again, for its GGUF export (llama.cpp's check, on the GPU machine)
-  { data_ready; python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 16; touch /tmp/data/.mv1000; } &
-  checkpoints 2b; wait
+  data_ready & checkpoints 2b; wait
   # lr 1e-3, not the preset's 5e-6: an adapter far over the GGUF check's tolerance (2 steps at 5e-6: 2.8e-2, refused by
   # the check's old bf16-merged reference, which had rounded it away; rehearsal.md)
   mathvista r2b-gguf qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]' \
@@ -116,21 +120,24 @@ learn_offbyone() {  # issue 20's greedy gain: a warm start on labels one too hig
   wait
 }
 
-rest_lane1() {  # the 2B Crafter preset (learn_offbyone, issue 20's greedy gain, ran here on 2026-11-26)
-  wait_for /tmp/data/.ready; wait_for $CKPT/qwen3-vl-2b-random/config.json
-  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random
+rest_lane1() {  # episode decoding eager vs compiled; the 2B Crafter preset: 8 eval episodes, a step of 8
+  wait_for $CKPT/qwen3-vl-2b-random/tokenizer.json; sleep 15  # the processor's files, saved after the weights
+  local start=$(date +%s)  # episode decoding eager against compiled, 8 episodes x 4 turns, one process
+  python3 bench/gpu_episodes.py --preset qwen3-vl-2b-crafter --checkpoint $CKPT/qwen3-vl-2b-random --turns 4 \
+    --out /tmp/results > /tmp/results/gpu_episodes_2b.log 2>&1
+  echo "== gpu_episodes 2b rc=$? $(( $(date +%s) - start ))s"; grep "^eager\|^compiled\|^RESULT" /tmp/results/gpu_episodes_2b.log | cut -c1-200
+  episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 2
 }
 
 rest_lane2() {  # the 8B checkpoint, the testmini-seed preset on testmini's 1,000 (gspo_8b_gen16 ran on 2026-11-26)
-  checkpoints 8b
-  wait_for /tmp/data/.mv1000
+  python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 8 & checkpoints 8b; wait
   rehearse r8b-seed qwen3-vl-8b-mathvista-testmini-seed --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 \
     --set data.source=/tmp/data/mv1000 --set training.max_steps="${STEPS:-2}"
 }
 
-rest_lane3() {  # the 8B Crafter preset
-  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json
-  episodes c8b qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4
+rest_lane3() {  # the 8B Crafter preset: 4 eval episodes, a step of 4 (one group)
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json; sleep 15  # its processor: saved after the link
+  episodes c8b qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4 4 1
 }
 
 report() {  # each lane's markers, and every finished rehearsal's stages
@@ -147,6 +154,8 @@ pack() {  # $OUT's files come back at 16 MiB each at most: the learning runs, th
   ls -la /tmp/results
   (cd /tmp/results && tar -czf "$OUT/learn.tar.gz" $(ls -d learn_* offbyone* greedy* 2>/dev/null)
    tar -czf "$OUT/rehearsals.tar.gz" $(ls -d r*.tar.gz c*.tar.gz 2>/dev/null)
+   tar -czf "$OUT/partial.tar.gz" $(ls /tmp/runs/*.log /tmp/runs/*.stages.json /tmp/runs/*.mem \
+     /tmp/runs/*/train_log.jsonl 2>/dev/null)  # what unfinished runs have so far
    tar -czf "$OUT/rest.tar.gz" --exclude="run-off" --exclude="learn_*" --exclude="offbyone*" --exclude="greedy*" --exclude="r*.tar.gz" \
      --exclude="c*.tar.gz" .)
   ls -la "$OUT"

@@ -227,6 +227,34 @@ def test_rollouts_count_drops_truncation_invalid_actions_and_failures(policy):
 
 
 @pytest.mark.slow
+def test_fast_generation_decodes_each_turn_in_a_static_cache_of_bucketed_length(policy, monkeypatch):
+    """Each turn's static KV cache (compiled on a CUDA GPU) holds the whole context and reply, at a few bucketed
+    lengths as the context grows, and greedy replies are the dynamic cache's. Compilation itself needs CUDA: here
+    the static cache runs eager."""
+    from vlrl.episodes import rollout
+
+    model, processor = policy
+    lengths = []
+
+    def static_cache(model, cache_length):
+        lengths.append(cache_length)
+        return {"cache_implementation": "static", "max_cache_len": cache_length} if cache_length else {}
+
+    monkeypatch.setattr(rollout, "compiled_decoding", static_cache)
+    monkeypatch.setattr(rollout, "CACHE_BUCKET", 64)
+    base = dict(max_turns=3, max_new_tokens=8, max_seq_length=4096, max_images_in_context=4, temperature=0.0)
+    env = lambda: make("grid", size=3)  # noqa: E731
+    dynamic = rollout.play(model, processor, env, [0, 1], rollout.Settings(**base))
+    assert lengths == [0, 0, 0]
+    lengths.clear()
+    fast = rollout.play(model, processor, env, [0, 1], rollout.Settings(**base, fast_generation=True))
+    assert [e.reply_ids for e in fast] == [e.reply_ids for e in dynamic]
+    contexts = [max(e.turns[t]["context_tokens"] for e in fast) + 8 for t in range(3)]
+    assert lengths == [-(-n // 64) * 64 for n in contexts] and len(set(lengths)) > 1
+    assert rollout.settings_for(cfg.preset("crafter-tiny"), "train").fast_generation
+
+
+@pytest.mark.slow
 def test_a_gspo_step_on_episodes_changes_the_lora_weights(policy):
     import torch
 

@@ -28,8 +28,9 @@ SYSTEM = "You act in a visual environment, one turn at a time: answer each obser
 @dataclass
 class Settings:
     """How episodes are played: the turn cap, the reply budget and the context budget (tokens, images counted),
-    the decoding temperature (0: greedy), the image caps, the observation size (0: as given) and whether the
-    environment's text summary is shown (False: image-only)."""
+    the decoding temperature (0: greedy), the image caps, the observation size (0: as given), whether the
+    environment's text summary is shown (False: image-only) and whether a CUDA GPU decodes each turn with a static
+    KV cache and compiled decoding (`fast_generation`: `vlrl.episodes.rollout.cache_length`)."""
 
     max_turns: int = 8
     max_new_tokens: int = 40
@@ -39,6 +40,7 @@ class Settings:
     max_images_in_context: int = 4
     image_size: int = 0
     text: bool = True
+    fast_generation: bool = False
 
 
 def opening(describe: str, observation, settings: Settings) -> tuple[list[dict], int]:

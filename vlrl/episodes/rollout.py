@@ -6,7 +6,8 @@ image caps, the context measured with its image tokens, and every abnormal end c
 
 Each turn the active episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered
 with the chat template and their images, measured by the processor (image tokens included), and decoded in one
-`generate` call. An episode ends:
+`generate` call (on a CUDA GPU with `fast_generation`, with a static KV cache of a few bucketed lengths and compiled
+decoding, as single-turn rollouts: `cache_length`). An episode ends:
 - `done`: the environment said so (its `metrics()["success"]` says whether it succeeded);
 - `max_turns`: the run's turn cap was reached first;
 - `truncated`: its next turn (context + the reply budget) would not fit `max_seq_length`: the episode stops there,
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+from vlrl.model import backend_of, compiled_decoding
 
 from vlrl.episodes.context import (
     Settings,
@@ -76,7 +79,7 @@ def settings_for(config, when: str) -> Settings:
                     max_seq_length=config.model.max_seq_length,
                     temperature=config.training.temperature if train else v.eval_temperature,
                     max_images_per_message=v.max_images_per_message, max_images_in_context=v.max_images_in_context,
-                    image_size=v.image_size, text=v.text)
+                    image_size=v.image_size, text=v.text, fast_generation=config.training.fast_generation)
 
 
 def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: int = 0, log=None) -> list[Episode]:
@@ -151,7 +154,8 @@ def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[E
                 continue
             keep = [active.index(i) for i in fits]
             replies = generate(model, processor, [texts[k] for k in keep], [images[k] for k in keep],
-                               max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+                               max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                               cache_length=cache_length(model, [lengths[k] for k in keep], settings))
             for i, k, (reply, ids) in zip(fits, keep, replies):
                 _take_turn(episodes[i], envs[i], reply, ids, lengths[k], settings)
     finally:
@@ -229,10 +233,35 @@ def stop_ids(model, tokenizer) -> list[int]:
     return sorted(t for t in eos if isinstance(t, int) and t >= 0)
 
 
+CACHE_BUCKET = 2048  # static KV cache lengths are multiples of this: a few compiled shapes over a whole episode
+
+
+def cache_length(model, lengths: list[int], settings: Settings) -> int:
+    """The static KV cache length for one turn's decoding: the longest context plus the reply budget, rounded up to
+    a multiple of `CACHE_BUCKET` (never past `max_seq_length`), so that a 16-turn episode whose context grows each
+    turn compiles a few decoding graphs rather than one per turn; 0 (a dynamic cache, eager decoding) without
+    `fast_generation` or on the Unsloth backend, which has its own fast path.
+
+    Eager decoding of a batch of episodes is bound by per-token overhead, not by the GPU: each token launches
+    hundreds of small kernels from Python (`vlrl.model.compiled_decoding`).
+
+    >>> from vlrl.episodes.context import Settings
+    >>> cache_length(None, [1500, 2900], Settings(max_new_tokens=256, max_seq_length=16384, fast_generation=True))
+    4096
+    >>> cache_length(None, [15000], Settings(max_new_tokens=256, max_seq_length=16000, fast_generation=True))
+    16000
+    """
+    if not settings.fast_generation or not lengths or (model is not None and backend_of(model) == "unsloth"):
+        return 0
+    needed = max(lengths) + settings.max_new_tokens
+    return min(-(-needed // CACHE_BUCKET) * CACHE_BUCKET, max(settings.max_seq_length, needed))
+
+
 def generate(model, processor, texts: list[str], images: list[list], *, max_new_tokens: int,
-             temperature: float) -> list[tuple[str, list[int]]]:
+             temperature: float, cache_length: int = 0) -> list[tuple[str, list[int]]]:
     """One reply per context, decoded together (left padding): (text, its token ids as generated, the stop token
-    included when the reply ended before `max_new_tokens`)."""
+    included when the reply ended before `max_new_tokens`). With `cache_length` on a CUDA GPU, a static KV cache of
+    that many tokens and compiled decoding (`vlrl.model.compiled_decoding`); otherwise a dynamic cache, eager."""
     import torch
 
     tokenizer = processor.tokenizer
@@ -245,12 +274,13 @@ def generate(model, processor, texts: list[str], images: list[list], *, max_new_
     # sampled decoding as greedy decoding of one inverse-CDF draw per row (`Sample`): the same distribution as
     # do_sample's torch.multinomial, which over a 151k vocabulary on CPU took more than half of a grid rollout
     sampling = {"logits_processor": [Sample(temperature)]} if temperature > 0 else {}
+    fast = compiled_decoding(model, cache_length)
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, top_p=None, top_k=None, eos_token_id=eos,
-                                 pad_token_id=pad, do_sample=False, **sampling)
+                                 pad_token_id=pad, do_sample=False, **sampling, **fast)
     finally:
         model.train(was_training)
     replies = []
