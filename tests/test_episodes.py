@@ -242,8 +242,9 @@ def test_fast_generation_decodes_each_turn_in_a_static_cache_of_bucketed_length(
 
     monkeypatch.setattr(rollout, "compiled_decoding", static_cache)
     monkeypatch.setattr(rollout, "CACHE_BUCKET", 64)
-    base = dict(max_turns=3, max_new_tokens=8, max_seq_length=4096, max_images_in_context=4, temperature=0.0)
-    env = lambda: make("grid", size=3)  # noqa: E731
+    base = {"max_turns": 3, "max_new_tokens": 8, "max_seq_length": 4096, "max_images_in_context": 4,
+            "temperature": 0.0}
+    env = lambda: make("grid", size=3)
     dynamic = rollout.play(model, processor, env, [0, 1], rollout.Settings(**base))
     assert lengths == [0, 0, 0]
     lengths.clear()

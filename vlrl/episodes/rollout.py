@@ -22,8 +22,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from vlrl.model import backend_of, compiled_decoding
-
 from vlrl.episodes.context import (
     Settings,
     assistant_message,
@@ -32,6 +30,7 @@ from vlrl.episodes.context import (
     opening,
     prompt_text,
 )
+from vlrl.model import backend_of, compiled_decoding
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
 
