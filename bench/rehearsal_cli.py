@@ -12,7 +12,11 @@ updates, a non-zero adapter to save and verify), at the same cost per step as th
 (the Crafter presets) get the same through each environment's step reward: a reply's share of ASCII letters.
 
 With VLRL_STAGES=FILE, each stage `vlrl run` announces (its "=== 1/6 model ..." banners) is timed, with the CUDA
-allocator's peak allocated and reserved memory within it, and FILE gets them as JSON when the process ends.
+allocator's peak allocated and reserved memory within it, and FILE gets them as JSON as each stage ends.
+
+With VLRL_SKIP_EVALS=1, `vlrl run` leaves out its two evals (and so the comparison and the report): every other stage
+as a user runs it, for a rerun of a preset whose evals an earlier rehearsal measured (a 16-turn Crafter eval batch
+takes minutes of the device's time).
 """
 
 from __future__ import annotations
@@ -110,8 +114,24 @@ class StageClock:
                                                    "process_s": round(time.time() - self.started, 2)}, indent=2))
 
 
+def skip_evals() -> None:
+    """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
+    from vlrl import report
+    from vlrl.episodes import run as episode_stages
+
+    def skipped(*args, **kwargs):
+        print("eval: skipped (VLRL_SKIP_EVALS=1)")
+        return []
+
+    run_stages.evaluate_policy = episode_stages.evaluate_episodes = skipped
+    run_stages.compare_run = lambda *args, **kwargs: {}
+    report.render = lambda *args, **kwargs: None
+
+
 if os.environ.get("VLRL_STAGES"):
     StageClock(os.environ["VLRL_STAGES"])
+if os.environ.get("VLRL_SKIP_EVALS") == "1":
+    skip_evals()
 
 if __name__ == "__main__":
     sys.exit(main())

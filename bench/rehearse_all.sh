@@ -6,6 +6,7 @@
 #   bash bench/rehearse_all.sh start 540    wheels, data, then the lanes (each builds its checkpoint); waits <= 540 s
 #   bash bench/rehearse_all.sh wait 570     waits up to 570 s more for the lanes; packs
 #   PLAN=rest bash bench/rehearse_all.sh start 540    what the first plan left (below); carry .whl with diskcache too
+#   PLAN=fix bash bench/rehearse_all.sh start 560     the GSPO stages PLAN=rest stopped in, after their fixes
 # Lane logs: /tmp/lanes/laneN.log; results: /tmp/results (rehearsal.sh's run and decode tarballs, logs, JSON).
 # PLAN=presets (default) ran on 2026-11-26 (bench/results/rehearsal.md). PLAN=rest is what it left, run the same day
 # (rehearsal.md, "Second session"), less what finished then: the 2B GGUF export on the GPU with a visible adapter, the
@@ -140,6 +141,33 @@ rest_lane3() {  # the 8B Crafter preset: 4 eval episodes, a step of 4 (one group
   episodes c8b qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4 4 1
 }
 
+# PLAN=fix: the GSPO stages the third session's first run stopped in, after their fixes (rehearsal.md, "Third
+# session"): the Crafter steps ran out of memory (137 GiB: 16 whole turn sequences per forward pass, no gradient
+# checkpointing), the testmini-seed step met a sampled image placeholder. Evals that run measured are left out
+# (VLRL_SKIP_EVALS=1) except in lane 0, the whole 2B Crafter run as a user starts it.
+fix_lane0() {  # the 2B Crafter preset, whole: 8 eval episodes, a step of 8
+  checkpoints 2b
+  episodes c2b-whole qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 2
+}
+
+fix_lane1() {  # the 8B checkpoint; the testmini-seed preset's 2 GSPO steps and its export
+  checkpoints 8b; wait_for /tmp/data/.mv1000
+  VLRL_SKIP_EVALS=1 rehearse r8b-seed-train qwen3-vl-8b-mathvista-testmini-seed \
+    --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 --set data.source=/tmp/data/mv1000 \
+    --set training.max_steps="${STEPS:-2}"
+}
+
+fix_lane2() {  # the 8B Crafter preset's step of 4 episodes (one group) and its export
+  wait_for $CKPT/qwen3-vl-8b-thinking-random-bnb4/config.json; sleep 15
+  VLRL_SKIP_EVALS=1 episodes c8b-train qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4 4 1
+}
+
+fix_lane3() {  # the 2B Crafter preset's own step (16 episodes, 2 generation batches of 8) and its export; the data
+  python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 8; touch /tmp/data/.mv1000
+  wait_for $CKPT/qwen3-vl-2b-random/tokenizer.json; sleep 15
+  VLRL_SKIP_EVALS=1 episodes c2b-train qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 4
+}
+
 report() {  # each lane's markers, and every finished rehearsal's stages
   for n in 0 1 2 3; do
     echo "-- lane $n: $(cat /tmp/lanes/lane$n.done 2>/dev/null || echo running)"
@@ -171,7 +199,7 @@ case "${1:-}" in
   start)
     mkdir -p /tmp/lanes /tmp/results
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
-    lane=lane; [ "${PLAN:-presets}" = rest ] && lane=rest_lane
+    lane=lane; [ "${PLAN:-presets}" = rest ] && lane=rest_lane; [ "${PLAN:-presets}" = fix ] && lane=fix_lane
     for n in 0 1 2 3; do
       CUDA_VISIBLE_DEVICES=$n LANE_GPU=$n setsid bash -c "source bench/rehearse_all.sh; $lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
         > /tmp/lanes/lane$n.log 2>&1 < /dev/null &

@@ -5,6 +5,7 @@ an environment that raises), a real optimizer step, and episode eval records wit
 import json
 
 import pytest
+import torch
 
 from vlrl import config as cfg
 from vlrl.envs import Env, make
@@ -256,6 +257,27 @@ def test_fast_generation_decodes_each_turn_in_a_static_cache_of_bucketed_length(
 
 
 @pytest.mark.slow
+def test_episode_replies_never_hold_an_image_placeholder(policy):
+    """A reply holding <|image_pad|> would break its turn's training forward (one image token more than pictures);
+    the policy here prefers it at every step, by far, and no reply holds one."""
+    from vlrl.episodes.rollout import Settings, play
+    from vlrl.prompts import vision_token_ids
+
+    model, processor = policy
+    placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    hook = model.get_base_model().lm_head.register_forward_hook(
+        lambda module, args, logits: logits.index_add_(-1, torch.tensor([placeholder]),
+                                                       torch.full((*logits.shape[:-1], 1), 1000.0)))
+    try:
+        episodes = play(model, processor, lambda: make("grid", size=3), [0, 1],
+                        Settings(max_turns=2, max_new_tokens=6, max_seq_length=4096))
+    finally:
+        hook.remove()
+    replies = [ids for e in episodes for ids in e.reply_ids]
+    assert len(replies) == 4 and not any(set(ids) & set(vision_token_ids(processor)) for ids in replies)
+
+
+@pytest.mark.slow
 def test_a_gspo_step_on_episodes_changes_the_lora_weights(policy):
     import torch
 
@@ -268,6 +290,20 @@ def test_a_gspo_step_on_episodes_changes_the_lora_weights(policy):
     samples = gspo.turn_samples(episodes, [1.0, -1.0], processor, settings)
     assert len(samples) == 4 and {s["advantage"] for s in samples} == {1.0, -1.0}
     assert all(len(s["images"]) == 1 + (i % 2) for i, s in enumerate(samples))  # each turn's images in its context
+    # one pass per turn (a token budget under every turn) computes the one-pass loss and gradient
+    frozen = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    whole, split = (gspo.update(model, processor, samples, frozen, recipe="gspo", max_grad_norm=1.0, max_tokens=n)
+                    for n in (10**6, 1))
+    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6)
+    assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
+    # and so does recomputing the activations in the backward pass (what a CUDA GPU does: gspo.train)
+    base = model.get_base_model()
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    try:
+        recomputed = gspo.update(model, processor, samples, frozen, recipe="gspo", max_grad_norm=1.0, max_tokens=1)
+    finally:
+        base.gradient_checkpointing_disable()
+    assert recomputed["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
     lora_b = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     result = gspo.update(model, processor, samples, optimizer, recipe="gspo", max_grad_norm=1.0)

@@ -81,6 +81,39 @@ def test_generation_batch_size_decodes_each_micro_batch_just_before_its_step(tin
     assert calls == [8, 8] and trainer.state.global_step == 1
 
 
+@pytest.mark.slow
+def test_rollouts_never_sample_an_image_placeholder(tiny_dir, tmp_path):
+    """A completion holding <|image_pad|> broke the next forward over prompt + completion ("Image features and image
+    tokens do not match": the 8B testmini-seed rehearsal on an H200, random weights). Here the policy prefers the
+    placeholder at every step, by far; the step still runs, on completions that hold none."""
+    policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
+    placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert placeholder in prompts.vision_token_ids(processor)
+    head = policy.get_base_model().lm_head
+
+    def prefer_placeholder(module, args, logits):
+        logits[..., placeholder] += 1000.0
+        return logits
+
+    hook = head.register_forward_hook(prefer_placeholder)
+    try:
+        trainer = train.build_trainer(tiny_config(max_steps=1), policy, processor,
+                                      prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
+        completions, generate = [], trainer._generate_single_turn
+
+        def kept(*args, **kwargs):
+            out = generate(*args, **kwargs)
+            completions.extend(out[0])
+            return out
+
+        trainer._generate_single_turn = kept
+        trainer.train()
+    finally:
+        hook.remove()
+    assert trainer.state.global_step == 1 and completions
+    assert not any(set(c) & set(prompts.vision_token_ids(processor)) for c in completions)
+
+
 def _adapter(run_dir: Path) -> dict:
     from safetensors.torch import load_file
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from vlrl import answers, rewards, thinking
 from vlrl.errors import EvalError
 from vlrl.model import compiled_decoding
-from vlrl.prompts import row_images
+from vlrl.prompts import row_images, vision_token_ids
 from vlrl.records import drop_torn_tail, read_records, save_images
 
 # --- scoring -----------------------------------------------------------------------------------------------------
@@ -230,7 +230,8 @@ def _generate_batch(model, processor, batch, device, eos, pad, settings, symboli
         torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
     with torch.no_grad():
         out = model.generate(**inputs, max_new_tokens=settings["max_new_tokens"], do_sample=settings["do_sample"],
-                             top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad, **sampling, **fast)
+                             top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad,
+                             suppress_tokens=vision_token_ids(processor), **sampling, **fast)
     new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()  # item i's draws are rows i*draws .. i*draws+draws-1
     prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
     records = []

@@ -35,6 +35,8 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
+# Tokens only a picture or a video brings into a sequence (Qwen-VL's placeholders and vision brackets): never generated.
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>")
 # Qwen3-VL-Thinking's generation prompt opens the thinking block: the model's turn starts inside `<think>` (vlrl.thinking).
 THINKING_CHAT_TEMPLATE = CHAT_TEMPLATE.replace("'<|im_start|>assistant\\n' }}{%- endif %}",
                                                "'<|im_start|>assistant\\n<think>\\n' }}{%- endif %}")
@@ -277,3 +279,14 @@ def cache_length(dataset, max_prompt_tokens: int, new_tokens: int) -> int:
     longest = longest_prompt(dataset)
     prompt = max_prompt_tokens if longest is None else min(max_prompt_tokens, -(-longest // 64) * 64)
     return prompt + new_tokens
+
+
+def vision_token_ids(processor) -> list[int]:
+    """The ids of `VISION_TOKENS` in the processor's vocabulary, which every rollout and eval suppresses
+    (`suppress_tokens`). A reply holding an image placeholder breaks the next forward over prompt + reply: the model
+    counts one more image token than the pictures give ("Image features and image tokens do not match", a GSPO step
+    at the 8B shape on an H200, where random weights sampled one), and no answer needs one."""
+    tokenizer = getattr(processor, "tokenizer", processor)
+    unknown = tokenizer.unk_token_id
+    ids = (tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS)
+    return sorted({i for i in ids if isinstance(i, int) and i >= 0 and i != unknown})

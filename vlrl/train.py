@@ -84,6 +84,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     _point_trackers(trainer, run, log)
     thinking.enable_budget(trainer, t.thinking_budget)  # [training] thinking_budget, per rollout
+    suppress_vision_tokens(trainer, processor)
     if fast_generation is None:
         fast_generation = t.fast_generation
     if fast_generation and transformers_backend:
@@ -107,6 +108,14 @@ def _point_trackers(trainer, run: RunDir, log) -> None:
         store, project = trackio.utils.TRACKIO_DIR, trainer.args.project
         log(f"trackio: project {project}, run {trainer.args.run_name}, in {store} "
             f"(TRACKIO_DIR={store} trackio show --project {project})")
+
+
+def suppress_vision_tokens(trainer, processor) -> None:
+    """Rollouts never sample an image or video placeholder (`vlrl.prompts.vision_token_ids`): TRL scores prompt +
+    completion in one forward, which fails when a completion holds one."""
+    suppress = prompts.vision_token_ids(processor)
+    trainer.generation_config.suppress_tokens = suppress
+    trainer.generation_kwargs["suppress_tokens"] = suppress
 
 
 def enable_fast_generation(trainer, max_cache_len: int) -> None:

@@ -31,6 +31,7 @@ from vlrl.episodes.context import (
     prompt_text,
 )
 from vlrl.model import backend_of, compiled_decoding
+from vlrl.prompts import vision_token_ids
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
 
@@ -279,7 +280,8 @@ def generate(model, processor, texts: list[str], images: list[list], *, max_new_
     try:
         with torch.no_grad():
             out = model.generate(**inputs, max_new_tokens=max_new_tokens, top_p=None, top_k=None, eos_token_id=eos,
-                                 pad_token_id=pad, do_sample=False, **sampling, **fast)
+                                 pad_token_id=pad, do_sample=False, suppress_tokens=vision_token_ids(processor),
+                                 **sampling, **fast)
     finally:
         model.train(was_training)
     replies = []
