@@ -209,6 +209,17 @@ def step_seeds(config, step: int, train_seeds: list[int]) -> list[int]:
     return [seed for seed in chosen for _ in range(config.training.num_generations)]
 
 
+def checkpoint_activations(policy) -> None:
+    """On a CUDA GPU, the decoder layers recompute their activations in the backward pass (gradient checkpointing,
+    as TRL's GSPO there); on the CPU it would only cost time. `vlrl.episodes.run` calls it at load, before any
+    decoding: compiled decoding graphs guard on the flag, so turning it on between the baseline episodes and training
+    would compile every cache length's graph again (at the 2B shape on an H200, the first step's 8 sampled episodes
+    took 215 s and the 8 eval episodes after it 96 s; how much of that was compiling was not measured apart)."""
+    if next(policy.parameters()).is_cuda:
+        base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def train(config, policy, processor, make_env, run, train_seeds: list[int], settings: Settings, *, log=print) -> list:
     """GSPO over episodes into the run directory: train_log.jsonl (one row per step, written as it goes) and
     checkpoints/step-N (adapter, optimizer, scheduler), resumed from the latest one. Returns the step rows."""
@@ -224,9 +235,7 @@ def train(config, policy, processor, make_env, run, train_seeds: list[int], sett
                  else torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=0.0))
     schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
     done = _resume(policy, optimizer, schedule, run.checkpoints, log)
-    if next(policy.parameters()).is_cuda:  # as TRL's GSPO on a GPU; on the CPU it would only cost time
-        base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpoint_activations(policy)
     max_grad_norm = gspo_values(t.recipe)["max_grad_norm"]
     scale = RECIPES[t.recipe]["scale_rewards"] == "group"
     rows = []

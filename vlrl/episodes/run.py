@@ -73,6 +73,7 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
     stages.banner(f"1/5 model: load (warm start) and wrap with LoRA; environment {config.env.name!r}", log)
     policy, processor = stages.load_policy(config, log)
+    gspo.checkpoint_activations(policy)  # before any decoding: the compiled graphs then serve evals and training
 
     stages.banner("2/5 baseline episodes", log)
     evaluate_episodes(config, policy, processor, rd, "before", log)
