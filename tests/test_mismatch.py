@@ -103,9 +103,10 @@ def test_sampling_the_loss_does_not_know_shows_as_mismatch(tiny_dir, tmp_path):
     assert plot_training(steps, tmp_path / "training.png").exists()  # the report draws the mismatch curve
 
 
-def _reference_loss(policy, batch, weights_of, max_completion_length: int, epsilon: float = 0.2):
+def _reference_loss(policy, batch, weights_of, max_completion_length: int, epsilon: float = 0.2, masked=()):
     """GSPO's loss (sequence ratio, Dr. GRPO sum over max_completion_length, no KL), written here from its
-    definition, each token's loss weighted by `weights_of(train_logps)`. Returns (loss, train log-probs)."""
+    definition, each token's loss weighted by `weights_of(train_logps)`, over the vocabulary without the `masked`
+    tokens (those rollouts never sample). Returns (loss, train log-probs)."""
     completion = batch["completion_ids"]
     logits = policy(input_ids=torch.cat([batch["prompt_ids"], completion], 1),
                     attention_mask=torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1),
@@ -114,6 +115,7 @@ def _reference_loss(policy, batch, weights_of, max_completion_length: int, epsil
     # log pi(token) = logit - logsumexp(logits), TRL's float32 formula: the tiny model's logits are large enough that
     # log_softmax rounds differently, by up to 4e-4, which the sums below would turn into a 0.2% loss difference
     logits = logits[:, -completion.size(1) - 1:-1].float()
+    logits[..., list(masked)] = float("-inf")
     logps = logits.gather(2, completion.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
     mask = batch["completion_mask"].float()
     ratio = torch.exp(((logps - logps.detach()) * mask).sum(1) / mask.sum(1)).unsqueeze(1)  # 1, with its gradient
@@ -133,13 +135,14 @@ def test_corrected_loss_equals_an_independent_computation(tiny_dir, tmp_path, le
     batch = trainer._generate_and_score_completions([rows[i] for i in (0, 1) for _ in range(4)])  # 2 groups of 4
     batch["advantages"] = torch.linspace(-1, 1.5, 8)  # any advantages (the tiny model's rewards may all tie)
     rollout, mask = batch["sampling_per_token_logps"], batch["completion_mask"].float()
+    vision = prompts.vision_token_ids(trainer.processing_class)  # rollouts never sample them; the loss masks them
 
     def raw_ratios(train_logps):  # pi_train / pi_rollout per token, or per sequence (geometric mean)
         delta = (train_logps - rollout) * mask
         return delta.exp() if level != "sequence" else (delta.sum(1, keepdim=True) / mask.sum(1, keepdim=True)).exp()
 
     with torch.no_grad():
-        _, train_logps = _reference_loss(policy, batch, lambda _: 1.0, trainer.max_completion_length)
+        _, train_logps = _reference_loss(policy, batch, lambda _: 1.0, trainer.max_completion_length, masked=vision)
     raw = raw_ratios(train_logps)
     # the cap at the median ratio: truncation acts on about half of the tokens (sequences), and not on the rest
     cap = (raw[mask.bool()] if level == "token" else raw).median().item()
@@ -153,7 +156,7 @@ def test_corrected_loss_equals_an_independent_computation(tiny_dir, tmp_path, le
     params = [p for p in policy.parameters() if p.requires_grad]
     trainer.current_gradient_accumulation_steps = 1  # what the training loop sets
     loss = trainer.compute_loss(policy, batch)
-    expected, _ = _reference_loss(policy, batch, weights_of, trainer.max_completion_length)
+    expected, _ = _reference_loss(policy, batch, weights_of, trainer.max_completion_length, masked=vision)
     print(f"{level}: loss {loss.item():.6g}, reference {expected.item():.6g}, cap {cap:.3g}")
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5, abs=1e-9)
     grads, expected_grads = torch.autograd.grad(loss, params), torch.autograd.grad(expected, params)
@@ -162,7 +165,7 @@ def test_corrected_loss_equals_an_independent_computation(tiny_dir, tmp_path, le
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5 * scale, rtol=1e-4)
     if level != "off":  # the correction changed the loss: the weights are not all 1
-        unweighted, _ = _reference_loss(policy, batch, lambda _: 1.0, trainer.max_completion_length)
+        unweighted, _ = _reference_loss(policy, batch, lambda _: 1.0, trainer.max_completion_length, masked=vision)
         assert abs(unweighted.item() - expected.item()) > 1e-4
 
 

@@ -28,6 +28,8 @@ import functools
 import torch
 from transformers import LogitsProcessor
 
+from vlrl.prompts import mask_tokens
+
 # What the trainer adds to each logged step; delta = log pi_train - log pi_rollout of a sampled completion token.
 METRICS = {
     "sampling/rollout_train_kl": "KL(rollout || train), the k3 estimator exp(delta) - 1 - delta, mean over tokens",
@@ -203,6 +205,7 @@ class RolloutMismatch:
 
     importance_sampling_correction = "off"
     importance_sampling_cap = 2.0
+    suppressed_token_ids = ()  # what rollouts never sample (`vlrl.train.suppress_vision_tokens`): masked in the loss
     _loss_inputs = None  # the batch whose loss is being computed, until its forward has run
     _totals = None  # this optimizer step's (sums, extremes) so far
 
@@ -225,7 +228,8 @@ class RolloutMismatch:
             self._loss_inputs = None
 
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        with masked(self.accelerator.unwrap_model(model), self.suppressed_token_ids):
+            result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
         inputs, self._loss_inputs = self._loss_inputs, None
         if inputs is not None:  # the loss's own forward, at the current weights
             self._correct(inputs, result[0].detach())
@@ -255,6 +259,22 @@ class RolloutMismatch:
             for name, value in mismatch_metrics(sums, extremes).items():
                 self._metrics["train"][name].append(value)
             self._totals = None
+
+
+@contextlib.contextmanager
+def masked(model, ids):
+    """While inside, `model`'s logits have the tokens `ids` masked (`vlrl.prompts.mask_tokens`): the loss's forward
+    then scores the distribution rollouts sampled from, which `suppress_tokens` cut them out of. Without it the
+    masked tokens' probability mass (4e-4 at most on the tiny random model) would read as rollout/training mismatch."""
+    if not ids:
+        yield
+        return
+    handle = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, logits: mask_tokens(logits, list(ids)))
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @functools.cache

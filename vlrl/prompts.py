@@ -290,3 +290,22 @@ def vision_token_ids(processor) -> list[int]:
     unknown = tokenizer.unk_token_id
     ids = (tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS)
     return sorted({i for i in ids if isinstance(i, int) and i >= 0 and i != unknown})
+
+
+MASKED_LOGIT = -1e4  # far below any real logit, yet finite: entropies (p log p) stay 0 for a masked token, not NaN
+
+
+def mask_tokens(logits, ids: list[int]):
+    """`logits` with the tokens `ids` masked out (out of place): the training forward's distribution over the
+    vocabulary rollouts sample from, which suppresses `vision_token_ids`, so the loss and the importance ratios score
+    the policy that generated.
+
+    >>> import torch
+    >>> mask_tokens(torch.zeros(1, 4), [1, 3]).softmax(-1).tolist()
+    [[0.5, 0.0, 0.5, 0.0]]
+    """
+    if not ids:
+        return logits
+    import torch
+
+    return logits.index_fill(-1, torch.tensor(ids, device=logits.device), MASKED_LOGIT)

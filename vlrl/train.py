@@ -112,10 +112,13 @@ def _point_trackers(trainer, run: RunDir, log) -> None:
 
 def suppress_vision_tokens(trainer, processor) -> None:
     """Rollouts never sample an image or video placeholder (`vlrl.prompts.vision_token_ids`): TRL scores prompt +
-    completion in one forward, which fails when a completion holds one."""
+    completion in one forward, which fails when a completion holds one. On the transformers backend the loss scores
+    the same masked vocabulary (`vlrl.mismatch.masked`); Unsloth computes its own loss over the whole vocabulary, where
+    a trained model gives these tokens almost no mass."""
     suppress = prompts.vision_token_ids(processor)
     trainer.generation_config.suppress_tokens = suppress
     trainer.generation_kwargs["suppress_tokens"] = suppress
+    trainer.suppressed_token_ids = tuple(suppress)  # the loss masks them too (`vlrl.mismatch.masked`)
 
 
 def enable_fast_generation(trainer, max_cache_len: int) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from vlrl.episodes.context import prompt_text
 from vlrl.episodes.rollout import Episode, Settings, play, summary
+from vlrl.prompts import mask_tokens, vision_token_ids
 from vlrl.recipe import RECIPES
 
 KEEP_CHECKPOINTS = 2
@@ -104,7 +105,7 @@ def passes(samples: list[dict], max_tokens: int) -> list[list[dict]]:
 
 def reply_logprobs(policy, processor, samples: list[dict]):
     """Per-token log-probabilities of each sample's reply under `policy` (a list of 1-D tensors), computing the LM
-    head only at reply positions."""
+    head only at reply positions, over the vocabulary the rollouts sampled from (vision tokens masked)."""
     import torch
 
     tokenizer = processor.tokenizer
@@ -132,7 +133,7 @@ def reply_logprobs(policy, processor, samples: list[dict]):
         positions += [(i, n - 1 + j) for j in range(len(s["reply_ids"]))]  # the position before each reply token
         targets += s["reply_ids"]
     index = torch.tensor(positions, device=device)
-    logits = base.lm_head(hidden[index[:, 0], index[:, 1]]).float()
+    logits = mask_tokens(base.lm_head(hidden[index[:, 0], index[:, 1]]).float(), vision_token_ids(processor))
     logp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(targets, device=device)[:, None]).squeeze(1)
     return list(torch.split(logp, [len(s["reply_ids"]) for s in samples]))
 
