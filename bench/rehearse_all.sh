@@ -130,10 +130,18 @@ rest_lane1() {  # episode decoding eager vs compiled; the 2B Crafter preset: 8 e
   episodes c2b qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 2
 }
 
-rest_lane2() {  # the 8B checkpoint, the testmini-seed preset on testmini's 1,000 (gspo_8b_gen16 ran on 2026-11-26)
-  python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 8 & checkpoints 8b; wait
-  rehearse r8b-seed qwen3-vl-8b-mathvista-testmini-seed --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 \
+mv1000() {  # testmini's 1,000 real annotations with generated pictures; then /tmp/data/.mv1000, which lanes wait for
+  python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 8; touch /tmp/data/.mv1000
+}
+
+testmini_seed() {  # testmini_seed NAME: the testmini-seed preset on testmini's 1,000, STEPS (2) steps
+  rehearse "$1" qwen3-vl-8b-mathvista-testmini-seed --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 \
     --set data.source=/tmp/data/mv1000 --set training.max_steps="${STEPS:-2}"
+}
+
+rest_lane2() {  # the 8B checkpoint, the testmini-seed preset on testmini's 1,000 (gspo_8b_gen16 ran on 2026-11-26)
+  mv1000 & checkpoints 8b; wait
+  testmini_seed r8b-seed
 }
 
 rest_lane3() {  # the 8B Crafter preset: 4 eval episodes, a step of 4 (one group)
@@ -152,9 +160,7 @@ fix_lane0() {  # the 2B Crafter preset, whole: 8 eval episodes, a step of 8
 
 fix_lane1() {  # the 8B checkpoint; the testmini-seed preset's 2 GSPO steps and its export
   checkpoints 8b; wait_for /tmp/data/.mv1000
-  VLRL_SKIP_EVALS=1 rehearse r8b-seed-train qwen3-vl-8b-mathvista-testmini-seed \
-    --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 --set data.source=/tmp/data/mv1000 \
-    --set training.max_steps="${STEPS:-2}"
+  VLRL_SKIP_EVALS=1 testmini_seed r8b-seed-train
 }
 
 fix_lane2() {  # the 8B Crafter preset's step of 4 episodes (one group) and its export
@@ -163,7 +169,7 @@ fix_lane2() {  # the 8B Crafter preset's step of 4 episodes (one group) and its 
 }
 
 fix_lane3() {  # the 2B Crafter preset's own step (16 episodes, 2 generation batches of 8) and its export; the data
-  python3 bench/rehearsal_data.py mathvista /tmp/data/mv1000 --workers 8; touch /tmp/data/.mv1000
+  mv1000
   wait_for $CKPT/qwen3-vl-2b-random/tokenizer.json; sleep 15
   VLRL_SKIP_EVALS=1 episodes c2b-train qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 4
 }
