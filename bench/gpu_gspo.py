@@ -135,9 +135,30 @@ class Timer:
         setattr(obj, method, timed)
 
 
-def bench_train(args, model, processor, bandwidth: float, correction: str = "off") -> dict:
+def step_clock(timer: Timer, steps: list, report=None):
+    """A trainer callback that appends each optimizer step's wall time (CUDA-synchronized), the `timer`'s totals
+    within it and the allocator's peaks to `steps`, then calls `report(steps)` if given."""
     import torch
     from transformers import TrainerCallback
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            torch.cuda.synchronize()
+            self.start, timer.totals = time.perf_counter(), {}
+
+        def on_step_end(self, *a, **k):
+            torch.cuda.synchronize()
+            steps.append({"step_s": time.perf_counter() - self.start, **timer.totals,
+                          "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+                          "max_reserved_gib": torch.cuda.max_memory_reserved() / 2**30})
+            if report is not None:
+                report(steps)
+
+    return StepClock()
+
+
+def bench_train(args, model, processor, bandwidth: float, correction: str = "off") -> dict:
+    import torch
 
     from vlrl import config as cfg
     from vlrl import prompts, synthetic, train
@@ -159,20 +180,8 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     items = synthetic.generate(g * (args.steps + 1) // 4 + 8, seed=3, image_size=512)
     dataset = prompts.to_dataset(items)
     timer, steps = Timer(), []
-
-    class StepClock(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            torch.cuda.synchronize()
-            self.start, timer.totals = time.perf_counter(), {}
-
-        def on_step_end(self, *a, **k):
-            torch.cuda.synchronize()
-            steps.append({"step_s": time.perf_counter() - self.start, **timer.totals,
-                          "max_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-                          "max_reserved_gib": torch.cuda.max_memory_reserved() / 2**30})
-
     trainer = train.build_trainer(config, model, processor, dataset, Path(args.out) / f"run-{correction}",
-                                  fast_generation=args.fast_generation, callbacks=[StepClock()])
+                                  fast_generation=args.fast_generation, callbacks=[step_clock(timer, steps)])
     timer.wrap(trainer, "_generate_single_turn", "generation_s")
     timer.wrap(trainer, "_calculate_rewards", "reward_s")
     torch.cuda.reset_peak_memory_stats()

@@ -61,15 +61,6 @@ def test_filter_drops_whole_prompts_and_counts_them(processor):
     assert again.column_names.count("prompt_tokens") == 1 and again["prompt_tokens"] == kept["prompt_tokens"]
 
 
-def test_decoding_cache_is_sized_to_the_longest_prompt(processor):
-    rows = prompts.to_dataset(synthetic.generate(4, image_size=64))
-    kept, _ = prompts.filter_by_length(rows, processor, 1024)
-    longest = max(kept["prompt_tokens"])
-    assert prompts.cache_length(kept, 1024, 256) == -(-longest // 64) * 64 + 256 < 1024 + 256
-    assert prompts.cache_length(kept, longest, 256) == longest + 256  # never past the prompt budget
-    assert prompts.cache_length(rows, 1024, 256) == 1024 + 256  # not measured: the prompt budget
-
-
 def test_length_meter_matches_the_processor(processor):
     """The fast path (tokenizer + image tokens learned per size) gives exactly the processor's count."""
     items = synthetic.generate(12, image_size=64, tasks="all")

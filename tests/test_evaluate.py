@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from vlrl import answers, evaluate, prompts, rewards, synthetic
+from vlrl import answers, engine, evaluate, prompts, rewards, synthetic
 from vlrl.compare import compare, summary
 from vlrl.errors import EvalError
 from vlrl.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
@@ -310,24 +310,22 @@ def test_batched_generation_equals_one_at_a_time(tiny_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_interrupted_eval_resumes_and_skips_written_ids(tiny_model, tmp_path):
+def test_interrupted_eval_resumes_and_skips_written_ids(tiny_model, tmp_path, monkeypatch):
     model, processor = tiny_model
     rows = eval_rows(8, seed=6)
     path = tmp_path / "eval.jsonl"
-    real_generate, batches = model.generate, []
+    real_decode, batches = engine.decode, []
 
-    def interrupted(**inputs):  # the real generate, with a Ctrl-C arriving during the second batch
+    def interrupted(model, inputs, decoding):  # the engine, with a Ctrl-C arriving during the second batch
         batches.append(inputs["input_ids"].shape[0])
         if len(batches) == 2:
             raise KeyboardInterrupt
-        return real_generate(**inputs)
+        return real_decode(model, inputs, decoding)
 
-    model.generate = interrupted
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "decode", interrupted)
         with pytest.raises(KeyboardInterrupt):
             evaluate.evaluate(model, processor, rows, path, batch_size=3, max_new_tokens=24, progress=False)
-    finally:
-        del model.generate
     assert [r["id"] for r in read_records(path)] == list(rows["id"])[:3]  # the first batch is on disk, whole
     with path.open("a") as f:  # and a kill during the next write left half a line
         f.write(json.dumps({"id": rows["id"][3], "completion": "<REASONING>x"})[:30])
@@ -349,7 +347,7 @@ def test_interrupted_eval_resumes_and_skips_written_ids(tiny_model, tmp_path):
 
 
 @pytest.mark.slow
-def test_sampled_eval_draws_k_per_item_and_resumes_to_the_same_draws(tiny_model, tmp_path):
+def test_sampled_eval_draws_k_per_item_and_resumes_to_the_same_draws(tiny_model, tmp_path, monkeypatch):
     """K draws per item in the record (scored like the greedy fields), batch_size counted in sequences, and an eval
     stopped between generate calls resumes to exactly the draws of an uninterrupted one (each call is seeded from
     the eval's seed and its items' ids)."""
@@ -365,21 +363,19 @@ def test_sampled_eval_draws_k_per_item_and_resumes_to_the_same_draws(tiny_model,
     assert len({d["completion"] for r in whole for d in r["draws"]}) > 6  # sampled: the draws differ
 
     path = tmp_path / "resumed.jsonl"
-    real_generate, calls = model.generate, []
+    real_decode, calls = engine.decode, []
 
-    def stopped(**inputs):  # 8 sequences per call = 2 items x 4 draws; stopped in the second call
+    def stopped(model, inputs, decoding):  # 8 sequences per call = 2 items x 4 draws; stopped in the second call
         calls.append(inputs["input_ids"].shape[0])
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_generate(**inputs)
+        return real_decode(model, inputs, decoding)
 
-    model.generate = stopped
-    try:
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "decode", stopped)
         with pytest.raises(KeyboardInterrupt):
             evaluate.evaluate(model, processor, rows, path, **settings)
-    finally:
-        del model.generate
-    assert calls == [2, 2] and len(read_records(path)) == 2  # two items per call, each expanded to 4 draws
+    assert calls == [8, 8] and len(read_records(path)) == 2  # two items per call, each expanded to 4 draws
     assert evaluate.evaluate(model, processor, rows, path, **settings) == whole
 
 

@@ -4,6 +4,7 @@ paths agree, clearly not when generation samples at a temperature the loss does 
 sampling weights the loss exactly as an independent computation does. Real generation, real optimizer steps."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -31,34 +32,8 @@ def trainer_for(tiny_dir, run_dir, *, sample_temperature: float = 1.0, **trainin
     policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
     rows = prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64))
     trainer = train.build_trainer(tiny_config(**training), policy, processor, rows, run_dir)
-    trainer.generation_config.temperature = sample_temperature  # what generate samples with
-    trainer.generation_kwargs["temperature"] = sample_temperature  # TRL sets the model's generation config from it
+    trainer.rollout_decoding = replace(trainer.rollout_decoding, temperature=sample_temperature)  # what rollouts use
     return trainer, rows
-
-
-def test_recorded_logps_are_of_the_distribution_generate_sampled_from(tiny_dir, tiny_processor):
-    # temperature, top-k and top-p all change the distribution; generate's own output_scores (its final, processed
-    # scores, held for every step: the reference, too costly for training) say what it sampled from
-    policy, _ = model.load_model(str(tiny_dir))
-    prompt = tiny_processor.tokenizer(["How many bars are there?"] * 3, return_tensors="pt")
-    torch.manual_seed(0)
-    with mismatch.recording(policy) as recorder:
-        out = policy.generate(**prompt, do_sample=True, temperature=2.0, top_k=40, top_p=0.9, max_new_tokens=12,
-                              output_scores=True, return_dict_in_generate=True)
-    completions = out.sequences[:, prompt["input_ids"].size(1):]
-    eos = set(policy.generation_config.eos_token_id)
-    rows = []
-    for row in completions.tolist():
-        ends = [i for i, token in enumerate(row) if token in eos]
-        rows.append(row[:ends[0] + 1] if ends else row)
-    recorded = recorder.logps_of(rows)
-
-    for i, row in enumerate(rows):
-        expected = [out.scores[step][i].log_softmax(-1)[token].item() for step, token in enumerate(row)]
-        assert recorded[i] == pytest.approx(expected, abs=1e-5)
-    # flat in completion length: one step's scores at most, and B numbers per step
-    assert recorder._scores is None and all(step.shape == (3,) for step in recorder.chosen)
-    assert "_get_logits_processor" not in vars(policy)  # generate is itself again
 
 
 def _steps(run_dir) -> list[dict]:

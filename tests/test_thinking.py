@@ -8,24 +8,30 @@ import pytest
 import torch
 
 from vlrl import config as cfg
-from vlrl import evaluate, model, prompts, rewards, synthetic, thinking, tiny, train
+from vlrl import engine, evaluate, model, prompts, rewards, synthetic, thinking, tiny, train
+from vlrl.engine.sampling import Budget
 from vlrl.validation import problems_of
 
 OPEN, CLOSE, NL2 = 151667, 151668, 271  # <think>, </think>, "\n\n" in Qwen3's vocabulary
 VOCAB = 151936
 
 
-def forced(processor, rows) -> list:
-    """The token each row is forced to (None where its logits pass through unchanged)."""
-    scores = torch.randn(len(rows), VOCAB)
-    out = processor(torch.tensor(rows), scores.clone())
+def forced(setup: tuple, rows) -> list:
+    """The token the engine forces on each row after its generated ids, or None where the choice is left to the
+    logits. `setup` is (the Budget, the prompt's length): the ids past the prompt are fed one step at a time."""
+    from vlrl.engine.sampling import TokenChooser
+
+    budget, prompt_length = setup
     result = []
-    for before, after in zip(scores, out):
-        if torch.equal(before, after):
-            result.append(None)
-        else:
-            assert torch.isinf(after).sum() == VOCAB - 1 and after.max() == 0  # one token left, probability 1
-            result.append(int(after.argmax()))
+    for row in rows:
+        chooser = TokenChooser(torch.tensor([row[:prompt_length]]), stop_ids=[151645], budget=budget)
+        for token in row[prompt_length:]:
+            peaked = torch.full((1, VOCAB), -1e9)
+            peaked[0, token] = 0.0
+            assert chooser(peaked).item() == token  # the row is one the budget allows
+        scores = torch.randn(1, VOCAB)
+        chosen = chooser(scores).item()
+        result.append(None if chosen == scores.argmax().item() else chosen)
     return result
 
 
@@ -45,12 +51,12 @@ def test_the_tiny_tokenizer_has_qwen3s_thinking_ids_and_keeps_them_in_decoded_te
     assert thinking.template_opening(tiny.build_processor()) == ""
 
 
-# --- the processor on handcrafted ids: P = pad, prompt of 4 ids, then generated ones ---------------------------------
+# --- the engine's budget on handcrafted ids: P = pad, a prompt, then generated ones ---------------------------------
 P, Q = 151643, 100  # pad, any prompt/thinking token
 
 
 def test_a_block_opened_in_the_prompt_is_closed_after_budget_generated_tokens():
-    budget = thinking.ThinkingBudget(3, prompt_length=4, start_id=OPEN, end_id=CLOSE, after_id=NL2)
+    budget = (Budget(3, OPEN, CLOSE, NL2), 4)
     assert forced(budget, [[Q, Q, OPEN, Q]]) == [None]  # the prompt's "\n" after <think> is not a thinking token
     assert forced(budget, [[Q, Q, OPEN, Q, 5, 6]]) == [None]
     assert forced(budget, [[Q, Q, OPEN, Q, 5, 6, 7]]) == [CLOSE]  # 3 generated: the budget closes the block
@@ -59,14 +65,14 @@ def test_a_block_opened_in_the_prompt_is_closed_after_budget_generated_tokens():
 
 
 def test_a_block_opened_in_the_completion_counts_from_its_think_token():
-    budget = thinking.ThinkingBudget(2, prompt_length=4, start_id=OPEN, end_id=CLOSE, after_id=NL2)
+    budget = (Budget(2, OPEN, CLOSE, NL2), 4)
     assert forced(budget, [[P, Q, Q, Q, 9, 9, OPEN, 5]]) == [None]
     assert forced(budget, [[P, Q, Q, Q, 9, 9, OPEN, 5, 6]]) == [CLOSE]
     assert forced(budget, [[P, Q, Q, Q]]) == [None]  # no block at all: untouched
 
 
 def test_a_block_closed_before_the_budget_is_left_alone():
-    budget = thinking.ThinkingBudget(3, prompt_length=3, start_id=OPEN, end_id=CLOSE, after_id=NL2)
+    budget = (Budget(3, OPEN, CLOSE, NL2), 3)
     assert forced(budget, [[Q, OPEN, Q, 5, CLOSE]]) == [None]  # closed by the model after 2: no "\n\n" forced
     assert forced(budget, [[Q, OPEN, Q, 5, CLOSE, 8, 9, 10, 11]]) == [None]  # long answers are not thinking
     # a prompt with an earlier, closed block (a history turn) opens nothing
@@ -74,7 +80,7 @@ def test_a_block_closed_before_the_budget_is_left_alone():
 
 
 def test_a_batch_with_mixed_states_is_forced_row_by_row():
-    budget = thinking.ThinkingBudget(2, prompt_length=3, start_id=OPEN, end_id=CLOSE, after_id=NL2)
+    budget = (Budget(2, OPEN, CLOSE, NL2), 3)
     rows = [[Q, Q, OPEN, 5, 6],        # opened in the prompt, at the budget: close
             [P, Q, OPEN, 5, CLOSE],     # closed by the model before the budget: free
             [Q, Q, Q, OPEN, 5],         # opened in the completion, 1 of 2: free
@@ -83,15 +89,17 @@ def test_a_batch_with_mixed_states_is_forced_row_by_row():
     assert forced(budget, rows) == [CLOSE, None, None, CLOSE, CLOSE]
     rows = [[Q, Q, OPEN, 5, 6, CLOSE], [P, Q, Q, 5, 6, 7], [Q, Q, OPEN, 5, CLOSE, 9]]
     assert forced(budget, rows) == [NL2, None, None]
-    without_after = thinking.ThinkingBudget(2, prompt_length=3, start_id=OPEN, end_id=CLOSE)
+    without_after = (Budget(2, OPEN, CLOSE), 3)
     assert forced(without_after, [[Q, Q, OPEN, 5, 6, CLOSE]]) == [None]
 
 
-def test_a_budget_of_zero_is_no_processor():
-    with pytest.raises(ValueError, match="must be positive"):
-        thinking.ThinkingBudget(0, prompt_length=1, start_id=OPEN, end_id=CLOSE)
+def test_a_budget_needs_the_thinking_tokens_and_zero_is_none(thinking_processor):
+    assert engine.budget_of(thinking_processor, 0) is None
+    assert engine.budget_of(thinking_processor, 8) == Budget(8, OPEN, CLOSE, NL2)
+    with pytest.raises(ValueError, match="must be >= 0"):
+        thinking.budget_ids(thinking_processor, -1)
     with pytest.raises(ValueError, match="needs a tokenizer with <think>"):
-        thinking.budget_processor(_NoThinkTokenizer(), 8, 4)
+        thinking.budget_ids(_NoThinkTokenizer(), 8)
 
 
 class _NoThinkTokenizer:
@@ -207,23 +215,20 @@ def _thinking_lengths(completions, budget):
     return lengths
 
 
-@pytest.mark.parametrize("cache", [None, "static"])  # static: the KV cache of vlrl's fast rollouts
-def test_generation_never_thinks_past_the_budget(tiny_thinker, cache):
+@pytest.mark.parametrize("static", [False, True])  # True: the static KV cache of the GPU's fast path
+def test_generation_never_thinks_past_the_budget(tiny_thinker, static, monkeypatch):
+    from vlrl.engine import loop
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", static)
     policy, processor = tiny_thinker
     budget, rows = 6, [prompts.to_prompt(i) for i in synthetic.generate(2, seed=3, image_size=64)]
     texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
     assert all(t.endswith("<|im_start|>assistant\n<think>\n") for t in texts)
-    processor.tokenizer.padding_side = "left"
-    inputs = processor(text=texts, images=[r["image"] for r in rows], return_tensors="pt", padding=True)
-    from transformers import LogitsProcessorList
-
-    budget_processor = thinking.budget_processor(processor, budget, inputs["input_ids"].shape[1])
+    decoding = engine.decoding_for(policy, processor, max_new_tokens=24, temperature=1.0, thinking_budget=budget,
+                                   static=static)
     torch.manual_seed(0)
-    extra = {"cache_implementation": "static", "max_cache_len": inputs["input_ids"].shape[1] + 24} if cache else {}
-    with torch.no_grad():
-        out = policy.generate(**inputs, max_new_tokens=24, do_sample=True, num_return_sequences=3, top_k=None,
-                              top_p=None, logits_processor=LogitsProcessorList([budget_processor]), **extra)
-    completions = out[:, inputs["input_ids"].shape[1]:].tolist()
+    completions = [c.ids for c in engine.complete(policy, processor, texts, [[r["image"]] for r in rows], decoding,
+                                                  draws=3)]
     lengths = _thinking_lengths(completions, budget)
     cut = [c for c, n in zip(completions, lengths) if n == budget]
     assert len(completions) == 6 and cut  # the warm-started tiny model never closes a block itself: the budget does

@@ -29,10 +29,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vlrl import answers, rewards, thinking
+from vlrl import answers, engine, rewards, thinking
 from vlrl.errors import EvalError
-from vlrl.model import compiled_decoding
-from vlrl.prompts import row_images, vision_token_ids
+from vlrl.prompts import row_images
 from vlrl.records import drop_torn_tail, read_records, save_images
 
 # --- scoring -----------------------------------------------------------------------------------------------------
@@ -101,7 +100,7 @@ def to_record(row: dict, completion: str, *, symbolic: bool = False, **generatio
 
 def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: int = 8, max_new_tokens: int = 1024,
              do_sample: bool = False, temperature: float = 1.0, samples: int = 0, seed: int = 0,
-             symbolic: bool = False, thinking_budget: int = 0, cache_length: int = 0,
+             symbolic: bool = False, thinking_budget: int = 0, fast_generation: bool = False,
              image_dir: str | Path | None = None, progress: bool = True, log=None) -> list[dict]:
     """Generates for every row of `dataset` (TRL prompt rows) and appends one record per item to `output_path`.
 
@@ -123,10 +122,10 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         seed: seeds the draws: each generate call seeds torch from (seed, its items' ids), so the same model,
             items and batch size give the same samples.
         symbolic: score with symbolic matching too, as the run's reward does (`[training] reward = "symbolic"`).
-        thinking_budget: B > 0 caps each completion's thinking at B tokens (`vlrl.thinking.ThinkingBudget`); 0: none.
-        cache_length: on a CUDA GPU, decode with a static KV cache of this many tokens (the longest prompt plus
-            max_new_tokens, or more) and compiled decoding, as training rollouts do; 0: a dynamic cache, eager.
-            The records are the same either way, up to floating-point noise.
+        thinking_budget: B > 0 caps each completion's thinking at B tokens (`vlrl.engine.Budget`); 0: none.
+        fast_generation: on a CUDA GPU, decode with a static KV cache sized to each batch and compiled decoding,
+            as training rollouts do (`vlrl.engine`); off: a dynamic cache, eager. The records are the same either
+            way, up to floating-point noise.
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
         log: optional callable for a one-line summary (items, seconds, items/s, accuracy).
@@ -156,15 +155,9 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     done = {r["id"] for r in existing}
     todo = [row for row in dataset if row["id"] not in done]
 
-    tokenizer = processor.tokenizer
-    tokenizer.padding_side = "left"  # batched generation appends on the right: prompts must end at the same column
-    eos = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    eos |= set(configured if isinstance(configured, list) else [configured])
-    eos = sorted(t for t in eos if isinstance(t, int) and t >= 0)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    device = next(model.parameters()).device
-    fast = compiled_decoding(model, cache_length)
+    decoding = engine.decoding_for(model, processor, max_new_tokens=max_new_tokens,
+                                   temperature=temperature if do_sample else 0.0, thinking_budget=thinking_budget,
+                                   static=fast_generation)
     was_training = model.training
     model.eval()
     started = time.time()
@@ -174,7 +167,7 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         for start in range(0, len(todo), items_per_call):
             batch = todo[start:start + items_per_call]
             lines = [json.dumps(r) + "\n"
-                     for r in _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic, fast)]
+                     for r in _generate_batch(model, processor, batch, decoding, settings, symbolic)]
             if image_dir is not None:
                 for row in batch:
                     save_images(row, image_dir)
@@ -210,46 +203,31 @@ def check_unique_ids(ids) -> None:
                         "needs its own. Deduplicate the rows before evaluating.")
 
 
-def _generate_batch(model, processor, batch, device, eos, pad, settings, symbolic: bool,
-                    fast: dict) -> list[dict]:
+def _generate_batch(model, processor, batch, decoding: engine.Decoding, settings: dict, symbolic: bool) -> list[dict]:
     import torch
 
     texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in batch]
-    # In prompt order: the processor pairs them with the image placeholders in turn.
-    images = [image for r in batch for image in row_images(r, decode=True)]
-    inputs = processor(text=texts, images=images or None, return_tensors="pt", padding=True).to(device)
+    images = [row_images(r, decode=True) for r in batch]
     draws = max(1, settings["samples"])
-    sampling = {"temperature": settings["temperature"], "num_return_sequences": draws} if settings["do_sample"] else {}
-    budget, think_ids = settings["thinking_budget"], thinking.think_ids(processor)
-    if budget:
-        from transformers import LogitsProcessorList
-
-        prompt_length = inputs["input_ids"].shape[1]
-        sampling["logits_processor"] = LogitsProcessorList([thinking.budget_processor(processor, budget, prompt_length)])
     if settings["do_sample"]:
         torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
-    with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=settings["max_new_tokens"], do_sample=settings["do_sample"],
-                             top_p=None, top_k=None, eos_token_id=eos, pad_token_id=pad,
-                             suppress_tokens=vision_token_ids(processor), **sampling, **fast)
-    new_tokens = out[:, inputs["input_ids"].shape[1]:].tolist()  # item i's draws are rows i*draws .. i*draws+draws-1
-    prompt_tokens = inputs["attention_mask"].sum(dim=1).tolist()
+    completions = engine.complete(model, processor, texts, images, decoding, draws=draws)
+    think_ids, budget = thinking.think_ids(processor), settings["thinking_budget"]
     records = []
-    for index, (row, n_prompt, text) in enumerate(zip(batch, prompt_tokens, texts)):
+    for index, (row, text) in enumerate(zip(batch, texts)):
         turn_start = thinking.opening(text)  # the template's "<think>\n": the assistant's turn starts with it
         scored = []
-        for tokens in new_tokens[index * draws:(index + 1) * draws]:
-            ended = next((i for i, t in enumerate(tokens) if t in eos), None)
-            kept = tokens[:ended] if ended is not None else tokens
-            completion = turn_start + processor.tokenizer.decode(kept, skip_special_tokens=True)
+        for c in completions[index * draws:(index + 1) * draws]:  # item i's draws are rows i*draws .. +draws-1
+            kept = c.ids[:-1] if c.finish_reason == "stop" else c.ids  # the stop token is not the completion's
+            completion = turn_start + c.text
             scored.append({"completion": completion, **score(completion, row, symbolic=symbolic),
-                           "completion_tokens": len(kept), "finish_reason": "stop" if ended is not None else "length",
+                           "completion_tokens": len(kept), "finish_reason": c.finish_reason,
                            **thinking.thinking_of(kept, think_ids, opened=bool(turn_start), budget=budget)})
         first = scored[0]
         generation = {k: v for k, v in first.items() if k in ("completion_tokens", "finish_reason")
                       or k.startswith("thinking_")}
-        record = to_record(row, first["completion"], symbolic=symbolic, prompt_tokens=int(n_prompt),
-                           **generation, **settings)
+        record = to_record(row, first["completion"], symbolic=symbolic,
+                           prompt_tokens=completions[index * draws].prompt_tokens, **generation, **settings)
         if settings["samples"]:
             record.update(draws=scored, num_correct=sum(d["correct"] for d in scored))
         records.append(record)

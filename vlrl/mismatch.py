@@ -6,9 +6,9 @@ weights, against an eager forward with gradient checkpointing), while GSPO's on-
 same distribution. RLinf saw a Qwen3-VL GRPO run's reward collapse without truncated importance sampling (TIS), and
 TRL corrects only vLLM rollouts. So on the transformers backend vlrl trains with `trainer_class(GRPOTrainer)`, which
 
-- records each sampled token's log-probability as generation computed it (`SampledLogps`: the last processor of
-  `generate`, after temperature, top-k and top-p, so it is the distribution actually sampled from), holding one
-  step's scores at a time: memory stays flat in completion length;
+- decodes its rollouts through the decoding engine (`vlrl.engine`), which records each sampled token's
+  log-probability under the distribution it was drawn from (the vision placeholders masked, the temperature and the
+  thinking budget applied), one value per token: memory stays flat in completion length;
 - logs the mismatch against the training forward at the rollout's weights (`METRICS`), once per optimizer step;
 - with `[training] importance_sampling_correction = "token"` or `"sequence"`, weights each token's loss by the
   truncated ratio min(pi_train / pi_rollout, importance_sampling_cap), detached (`tis_weights`).
@@ -26,8 +26,8 @@ import contextlib
 import functools
 
 import torch
-from transformers import LogitsProcessor
 
+from vlrl import engine
 from vlrl.prompts import mask_tokens
 
 # What the trainer adds to each logged step; delta = log pi_train - log pi_rollout of a sampled completion token.
@@ -123,72 +123,6 @@ def mismatch_metrics(sums: torch.Tensor, extremes: torch.Tensor) -> dict[str, fl
     return metrics
 
 
-class SampledLogps(LogitsProcessor):
-    """Records the log-probability of every token `generate` samples, from the scores it samples them from.
-
-    It must be the last processor (`recording` puts it there): transformers adds a caller's processors before its
-    own temperature, top-k and top-p warpers. Each call sees the step's final scores and the tokens chosen so far,
-    so it keeps that step's scores and their log-normalizer until the next call names the token drawn from them;
-    the last step's token comes from the completion (`logps_of`). It never holds more than one step's scores.
-
-    >>> recorder, scores = SampledLogps(), torch.tensor([[1.0, 1.0, 2.0]]).log()    # probabilities 1/4, 1/4, 1/2
-    >>> _ = recorder(torch.tensor([[7]]), scores)           # step 0: prompt only
-    >>> _ = recorder(torch.tensor([[7, 2]]), scores)        # step 1: step 0 drew token 2
-    >>> [[round(x, 4) for x in row] for row in recorder.logps_of([[2, 0]])]   # step 1 drew token 0
-    [[-0.6931, -1.3863]]
-    """
-
-    def __init__(self):
-        self.chosen: list[torch.Tensor] = []  # per step, (B,): the log-prob of the token drawn at that step
-        self._scores = self._log_normalizer = None
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._scores is not None:
-            self._take(input_ids[:, -1])
-        # the scores tensor itself, not a log-softmax copy: one reduction per step, and nothing after the last
-        # processor writes to it (generate only takes its softmax)
-        self._scores, self._log_normalizer = scores, torch.logsumexp(scores.float(), dim=-1)
-        return scores
-
-    def _take(self, tokens: torch.Tensor) -> None:
-        picked = self._scores.gather(1, tokens.to(self._scores.device).unsqueeze(1)).squeeze(1)
-        self.chosen.append(picked.float() - self._log_normalizer)
-        self._scores = self._log_normalizer = None
-
-    def logps_of(self, completion_ids: list[list[int]]) -> list[list[float]]:
-        """Each completion's per-token log-probs, one per token of `completion_ids` (generate's rows, in order,
-        each cut after its end-of-sequence token)."""
-        steps = max(map(len, completion_ids), default=0)
-        if len(self.chosen) < steps and self._scores is not None:  # the last step: no later call named its token
-            self._take(torch.tensor([ids[-1] if len(ids) == steps else 0 for ids in completion_ids]))
-        table = torch.stack(self.chosen, dim=1).tolist() if self.chosen else [[] for _ in completion_ids]
-        return [row[:len(ids)] for row, ids in zip(table, completion_ids, strict=True)]
-
-
-@contextlib.contextmanager
-def recording(model):
-    """Within the block, `model.generate` (a transformers or PEFT model) records each sampled token's log-prob in the
-    `SampledLogps` this yields, as the last of the processors generate builds for itself."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    recorder = SampledLogps()
-    own = vars(base).get("_get_logits_processor")
-    build = base._get_logits_processor
-
-    def with_recorder(*args, **kwargs):
-        processors = build(*args, **kwargs)
-        processors.append(recorder)
-        return processors
-
-    base._get_logits_processor = with_recorder
-    try:
-        yield recorder
-    finally:
-        if own is None:
-            del base._get_logits_processor  # the class's method again
-        else:
-            base._get_logits_processor = own
-
-
 class RolloutMismatch:
     """Mixed into TRL's GRPOTrainer (`trainer_class`): generation returns each sampled token's log-prob, the loss
     measures the mismatch and applies `importance_sampling_correction` ("off", "token" or "sequence") truncated at
@@ -205,18 +139,30 @@ class RolloutMismatch:
 
     importance_sampling_correction = "off"
     importance_sampling_cap = 2.0
-    suppressed_token_ids = ()  # what rollouts never sample (`vlrl.train.suppress_vision_tokens`): masked in the loss
+    rollout_decoding: engine.Decoding | None = None  # how rollouts decode (`vlrl.train.build_trainer` sets it)
     _loss_inputs = None  # the batch whose loss is being computed, until its forward has run
     _totals = None  # this optimizer step's (sums, extremes) so far
 
+    @property
+    def suppressed_token_ids(self) -> tuple[int, ...]:
+        """What rollouts never sample (image and video placeholders): the loss masks them too (`masked`)."""
+        return self.rollout_decoding.suppress_ids if self.rollout_decoding is not None else ()
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.use_vllm or self.use_transformers_continuous_batching:
+        if self.use_vllm or self.use_transformers_continuous_batching or has_tool_images:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
-        with recording(self.accelerator.unwrap_model(self.model)) as recorder:
-            completion_ids, _ = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                              has_tool_images)
-        return completion_ids, recorder.logps_of(completion_ids)
+        from transformers import Trainer
+        from trl.models import unwrap_model_for_generation
+
+        # onto the device, as TRL does (the Trainer's own method: GRPOTrainer's buffers whole generation batches)
+        inputs = Trainer._prepare_inputs(self, rollout_inputs(prompt_ids, multimodal_fields,
+                                                              self.rollout_decoding.pad_id))
+        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
+              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            out = engine.decode(policy, inputs, self.rollout_decoding)
+        return out.tokens, out.logps
 
     def _compute_loss(self, model, inputs):
         if self.use_vllm or "sampling_per_token_logps" not in inputs:
@@ -259,6 +205,25 @@ class RolloutMismatch:
             for name, value in mismatch_metrics(sums, extremes).items():
                 self._metrics["train"][name].append(value)
             self._totals = None
+
+
+def rollout_inputs(prompt_ids: list[list[int]], multimodal_fields: dict, pad_id: int) -> dict:
+    """The rollout batch as TRL's own generation path builds it: prompts left-padded, the pictures' tensors as they
+    are, per-token fields (mm_token_type_ids) left-padded like the ids."""
+    import numpy as np
+    from trl.trainer.utils import pad
+
+    prompts = [torch.tensor(ids) for ids in prompt_ids]
+    inputs = {"input_ids": pad(prompts, padding_value=pad_id, padding_side="left"),
+              "attention_mask": pad([torch.ones_like(p) for p in prompts], padding_value=0, padding_side="left")}
+    for key, value in multimodal_fields.items():
+        if isinstance(value, torch.Tensor):
+            inputs[key] = value
+        elif isinstance(value, list) and value and isinstance(value[0], list):
+            inputs[key] = pad([torch.tensor(x) for x in value], padding_value=0, padding_side="left")
+        else:
+            inputs[key] = torch.tensor(np.array(value))
+    return inputs
 
 
 @contextlib.contextmanager

@@ -223,29 +223,6 @@ def _expandable_segments() -> None:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
 
 
-def compiled_decoding(model, cache_length: int) -> dict:
-    """`generate` keyword arguments for a static KV cache of `cache_length` tokens with compiled (CUDA-graph)
-    decoding, the fast path rollouts and evals share; {} (dynamic cache, eager) without CUDA or with length 0.
-
-    Decoding a batch of 8 on one GPU is bound by per-token overhead (hundreds of small kernels launched from Python
-    per token), not by reading the weights. A static cache of one fixed size lets transformers compile the decoding
-    step and replay it as a CUDA graph. bitsandbytes 4-bit layers are marked compileable here: bitsandbytes >= 0.45
-    registers its kernels as torch ops, while transformers still calls its quantizer not compileable.
-    """
-    import torch
-
-    if not cache_length or not torch.cuda.is_available():
-        return {}
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    quantizer = getattr(base, "hf_quantizer", None)
-    if quantizer is not None and not quantizer.is_compileable:
-        # Only this model's quantizer: a subclass for the one instance, so other models in the process keep the
-        # library's answer (isinstance checks still hold).
-        cls = type(quantizer)
-        quantizer.__class__ = type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
-    return {"cache_implementation": "static", "max_cache_len": cache_length, "disable_compile": False}
-
-
 def bnb_4bit_config(*, skip_modules: list[str] | None = None):
     """The one 4-bit quantization vlrl uses, for training on a 4-bit base and for the merged4 export: bitsandbytes
     NF4 with double quantization, computing in bf16.

@@ -238,7 +238,7 @@ def filter_by_length(dataset, processor, max_prompt_tokens: int, *, report=None,
 
     Returns:
         (kept dataset, number dropped). A `datasets.Dataset` comes back with a `prompt_tokens` column: each kept
-        prompt's measured length, from which fast decoding sizes its KV cache (`cache_length`).
+        prompt's measured length.
     """
     meter = LengthMeter(processor)
     keep, lengths = [], []
@@ -267,18 +267,6 @@ def longest_prompt(dataset) -> int | None:
     if LENGTH_COLUMN not in getattr(dataset, "column_names", ()) or not len(dataset):
         return None
     return max(dataset[LENGTH_COLUMN])
-
-
-def cache_length(dataset, max_prompt_tokens: int, new_tokens: int) -> int:
-    """A static KV cache's length for decoding `dataset`'s prompts: the longest one as `filter_by_length` measured
-    it, rounded up to 64 (else the prompt budget), plus `new_tokens`.
-
-    The cache, not the weights, limits how many sequences decode at once: sized to the budget (1024) where real
-    prompts are ~300-700 tokens, half of it would sit empty at every step.
-    """
-    longest = longest_prompt(dataset)
-    prompt = max_prompt_tokens if longest is None else min(max_prompt_tokens, -(-longest // 64) * 64)
-    return prompt + new_tokens
 
 
 def vision_token_ids(processor) -> list[int]:

@@ -141,18 +141,10 @@ def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Pa
         out = sharded_eval.evaluate(policy, processor, eval_ds, path, batch_size=e.batch_size,
                                     max_new_tokens=e.max_new_tokens, samples=samples, temperature=e.temperature,
                                     seed=e.seed, symbolic=config.training.reward == "symbolic",
-                                    thinking_budget=e.thinking_budget, cache_length=eval_cache_length(config, eval_ds),
+                                    thinking_budget=e.thinking_budget, fast_generation=config.training.fast_generation,
                                     image_dir=run.eval_images, log=log)
         records = records or out
     return records
-
-
-def eval_cache_length(config: RunConfig, eval_ds) -> int:
-    """The evals' static KV cache length with `[training] fast_generation`, sized as the rollouts' is
-    (`vlrl.prompts.cache_length`); 0 (a dynamic cache, eager decoding) when it is off."""
-    if not config.training.fast_generation:
-        return 0
-    return prompts.cache_length(eval_ds, config.data.max_prompt_tokens, config.eval.max_new_tokens)
 
 
 def compare_run(run: str | Path | RunDir, log=print) -> dict:

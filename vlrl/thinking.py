@@ -1,20 +1,18 @@
 """Thinking models: Qwen3-VL "-Thinking" checkpoints write `<think>...</think>` before their answer, and
 `thinking_budget` ([training] and [eval]) caps that block at generation time.
 
-`ThinkingBudget` is a transformers LogitsProcessor. Per sequence it counts the thinking tokens generated since
-`<think>` opened, in the completion or in the prompt (Qwen3-VL-Thinking's chat template ends the generation prompt
-with "<think>\\n"), and when the count reaches the budget with the block still open it forces `</think>`, then
-"\\n\\n"; the model writes its answer after that. Every step it reads the positions of the last `<think>` and
-`</think>` from the ids so far, with no state between steps and no host sync, so it works batched, with
-num_return_sequences, and under vlrl's static-cache compiled decoding.
+The decoding engine enforces the budget (`vlrl.engine.sampling`): per sequence it counts the thinking tokens
+generated since `<think>` opened, in the completion or in the prompt (Qwen3-VL-Thinking's chat template ends the
+generation prompt with "<think>\\n"), and when the count reaches the budget with the block still open it forces
+`</think>`, then "\\n\\n"; the model writes its answer after that. This module gives it the token ids
+(`budget_ids`) and reads what a completion thought (`thinking_of`).
 
 Scoring is unchanged (`vlrl.answers.strip_think` removes the thinking): the answer after `</think>` earns the format
 and correctness rewards by the same grammar as any completion. When the prompt opened the block, the completion is
 scored as the assistant's whole turn, that opening included (`opening`), so thinking the length limit cut before
 `</think>` is thinking, not an answer.
 
-    processor = ThinkingBudget(256, prompt_length=inputs["input_ids"].shape[1], start_id=151667, end_id=151668)
-    model.generate(**inputs, logits_processor=LogitsProcessorList([processor]))
+    budget_ids(processor.tokenizer, 256)   # (151667, 151668, 271): <think>, </think>, "\\n\\n"
 """
 
 from __future__ import annotations
@@ -61,61 +59,18 @@ def template_opening(processor) -> str:
     return opening(processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False))
 
 
-class ThinkingBudget:
-    """Forces `</think>` (then "\\n\\n") when a sequence's open thinking block reaches `budget` generated tokens.
-
-    Args:
-        budget: the most thinking tokens per completion (> 0), `<think>` and `</think>` not counted.
-        prompt_length: the prompt's length in the input ids (padding included): a block opened in the prompt counts
-            from the first generated token.
-        start_id, end_id: the ids of `<think>` and `</think>` (`think_ids`).
-        after_id: the token forced right after a budget close (`AFTER_CLOSE`'s one token), or None.
-
-    >>> import torch
-    >>> budget = ThinkingBudget(2, prompt_length=1, start_id=7, end_id=8)
-    >>> budget(torch.tensor([[7, 1, 2]]), torch.zeros(1, 10)).argmax(dim=1).tolist()
-    [8]
-    """
-
-    def __init__(self, budget: int, *, prompt_length: int, start_id: int, end_id: int, after_id: int | None = None):
-        if budget <= 0:
-            raise ValueError(f"thinking budget {budget} must be positive (0 turns the budget off: pass no processor)")
-        self.budget, self.prompt_length = budget, prompt_length
-        self.start_id, self.end_id, self.after_id = start_id, end_id, after_id
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        length = input_ids.shape[1]
-        positions = torch.arange(length, device=input_ids.device)
-        last_open = torch.where(input_ids == self.start_id, positions, -1).amax(dim=1)
-        last_close = torch.where(input_ids == self.end_id, positions, -1).amax(dim=1)
-        first = torch.clamp(last_open + 1, min=self.prompt_length)  # the block's first generated thinking token
-        is_open = last_open > last_close
-        close = is_open & (length - first >= self.budget)
-        force, target = close, torch.full_like(last_open, self.end_id)
-        if self.after_id is not None:
-            # closed on the last step with `budget` tokens inside: the budget closed it (a natural close at exactly the
-            # budget is forced "\n\n" too, which is what the model writes after </think> anyway)
-            just_closed = (last_close == length - 1) & (last_open >= 0) & (last_close - first >= self.budget)
-            force = close | just_closed
-            target = torch.where(close, self.end_id, self.after_id)
-        target = target.unsqueeze(1)
-        kept = scores.gather(1, target)
-        scores = scores.masked_fill(force.unsqueeze(1), float("-inf"))
-        return scores.scatter(1, target, torch.where(force.unsqueeze(1), torch.zeros_like(kept), kept))
-
-
-def budget_processor(tokenizer, budget: int, prompt_length: int) -> ThinkingBudget:
-    """A `ThinkingBudget` with the tokenizer's ids; raises ConfigError when it has no `<think>` / `</think>`."""
+def budget_ids(tokenizer, budget: int) -> tuple[int, int, int | None]:
+    """The ids a thinking budget needs: `<think>`, `</think>` and the one token of `AFTER_CLOSE` (None when it is
+    several); ConfigError when the tokenizer has no `<think>` / `</think>` or the budget is negative."""
+    if budget < 0:
+        raise ConfigError(f"thinking_budget ({budget}) must be >= 0 (0 turns the budget off).")
     ids = think_ids(tokenizer)
     if ids is None:
         raise ConfigError(f"thinking_budget = {budget} needs a tokenizer with {THINK_START} and {THINK_END} tokens "
-                         "(Qwen3's have them); this one has none. Set thinking_budget = 0 for this model.")
+                          "(Qwen3's have them); this one has none. Set thinking_budget = 0 for this model.")
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     after = tokenizer.encode(AFTER_CLOSE, add_special_tokens=False)
-    return ThinkingBudget(budget, prompt_length=prompt_length, start_id=ids[0], end_id=ids[1],
-                          after_id=after[0] if len(after) == 1 else None)
+    return ids[0], ids[1], after[0] if len(after) == 1 else None
 
 
 def thinking_of(tokens, ids: tuple[int, int] | None, *, opened: bool, budget: int = 0) -> dict:
@@ -178,25 +133,3 @@ def _scored_as_turn(reward_func, start: str, ids, budget: int, *, log: bool):
         return reward_func(completions, **kwargs)
 
     return scored
-
-
-def enable_budget(trainer, budget: int) -> None:
-    """The trainer's rollouts under a thinking budget: TRL's GRPOTrainer takes no logits processor, so the policy's
-    `generate` gets one per call (the prompt length is the call's). Works with vlrl's fast generation (the processor
-    runs outside the compiled step) and through `accelerate launch` (each process's policy is patched)."""
-    if not budget:
-        return
-    budget_processor(trainer.processing_class, budget, 0)  # no <think> token: refused now, not at the first rollout
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    generate = model.generate
-
-    @functools.wraps(generate)
-    def generate_within_budget(*args, **kwargs):
-        from transformers import LogitsProcessorList
-
-        input_ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
-        processor = budget_processor(trainer.processing_class, budget, input_ids.shape[1])
-        kwargs["logits_processor"] = LogitsProcessorList([*(kwargs.get("logits_processor") or []), processor])
-        return generate(*args, **kwargs)
-
-    model.generate = generate_within_budget

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
-from vlrl import distributed, mismatch, prompts, rewards, thinking
+from vlrl import distributed, engine, mismatch, prompts, rewards, thinking
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger
 from vlrl.config import RunConfig
-from vlrl.model import backend_of, compiled_decoding
+from vlrl.errors import ConfigError
+from vlrl.model import backend_of
 from vlrl.recipe import gspo_config
 from vlrl.rundir import RunDir
 
@@ -83,14 +85,35 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     _point_trackers(trainer, run, log)
-    thinking.enable_budget(trainer, t.thinking_budget)  # [training] thinking_budget, per rollout
-    suppress_vision_tokens(trainer, processor)
-    if fast_generation is None:
-        fast_generation = t.fast_generation
-    if fast_generation and transformers_backend:
-        enable_fast_generation(trainer, max_cache_len=prompts.cache_length(
-            train_dataset, config.data.max_prompt_tokens, t.max_completion_length))
+    if transformers_backend:
+        trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
+    else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
+        trainer.generation_config.suppress_tokens = prompts.vision_token_ids(processor)
+        trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
+
+
+# GRPOConfig's sampling filters at the values that leave the distribution whole (TRL's defaults)
+UNSAMPLED = {"top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
+
+
+def rollout_decoding(config: RunConfig, model, processor, train_dataset, args, fast_generation: bool | None = None):
+    """How the trainer's rollouts decode (`vlrl.engine`): at the recipe's temperature, [training]
+    max_completion_length and thinking_budget, recording each token's log-prob for the mismatch metric; with
+    `fast_generation` (default: [training] fast_generation) a static KV cache sized once for the data set's longest
+    prompt, so every rollout replays one compiled graph."""
+    t = config.training
+    fast = t.fast_generation if fast_generation is None else fast_generation
+    unsupported = {k: getattr(args, k) for k, neutral in UNSAMPLED.items() if getattr(args, k, neutral) != neutral}
+    if unsupported or args.generation_kwargs:
+        raise ConfigError(f"vlrl's rollouts sample the whole distribution at the temperature (GSPO's ratios assume "
+                          f"it); these generation settings would change it: {unsupported or args.generation_kwargs}. "
+                          "Leave them at TRL's defaults.")
+    decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
+                                   temperature=args.temperature, thinking_budget=t.thinking_budget, static=fast,
+                                   record_logps=True)
+    longest = prompts.longest_prompt(train_dataset) or config.data.max_prompt_tokens
+    return replace(decoding, min_cache_length=min(longest, config.data.max_prompt_tokens) + args.max_completion_length)
 
 
 def _point_trackers(trainer, run: RunDir, log) -> None:
@@ -108,32 +131,6 @@ def _point_trackers(trainer, run: RunDir, log) -> None:
         store, project = trackio.utils.TRACKIO_DIR, trainer.args.project
         log(f"trackio: project {project}, run {trainer.args.run_name}, in {store} "
             f"(TRACKIO_DIR={store} trackio show --project {project})")
-
-
-def suppress_vision_tokens(trainer, processor) -> None:
-    """Rollouts never sample an image or video placeholder (`vlrl.prompts.vision_token_ids`): TRL scores prompt +
-    completion in one forward, which fails when a completion holds one. On the transformers backend the loss scores
-    the same masked vocabulary (`vlrl.mismatch.masked`); Unsloth computes its own loss over the whole vocabulary, where
-    a trained model gives these tokens almost no mass."""
-    suppress = prompts.vision_token_ids(processor)
-    trainer.generation_config.suppress_tokens = suppress
-    trainer.generation_kwargs["suppress_tokens"] = suppress
-    trainer.suppressed_token_ids = tuple(suppress)  # the loss masks them too (`vlrl.mismatch.masked`)
-
-
-def enable_fast_generation(trainer, max_cache_len: int) -> None:
-    """Rollouts with a static KV cache and compiled (CUDA-graph) decoding (`vlrl.model.compiled_decoding`) instead of
-    TRL's eager default: TRL builds its GenerationConfig with `disable_compile=True`; this turns compilation back on
-    for the trainer's rollouts. Measured on an H200, Qwen3-VL-8B shape, 4-bit, batch 8 x 256 tokens: 18.9 -> 6.75 s
-    per GSPO step (bench/results/gpu.md). No effect without CUDA.
-    """
-    fast = compiled_decoding(trainer.accelerator.unwrap_model(trainer.model), max_cache_len)
-    if not fast:
-        return
-    config = trainer.generation_config
-    for key, value in fast.items():
-        setattr(config, key, value)
-    trainer.generation_kwargs.update(fast)
 
 
 def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Path | RunDir, *, resume: bool = False,

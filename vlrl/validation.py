@@ -239,6 +239,10 @@ def _thinking_problems(config: RunConfig) -> list[str]:
         if budget > 0 and config.env.name:
             problems.append(f"[{section}] thinking_budget = {budget} applies to single-turn runs; episode runs "
                             f"([env] name = {config.env.name!r}) generate without it. Set it to 0.")
+    if t.thinking_budget > 0 and config.model.backend == "unsloth":
+        problems.append(f"[training] thinking_budget = {t.thinking_budget} is enforced by vlrl's decoding engine, and "
+                        "Unsloth's trainer decodes its rollouts itself. Set [model] backend = \"auto\", or "
+                        "thinking_budget = 0.")
     return problems
 
 

@@ -30,7 +30,7 @@ class Settings:
     """How episodes are played: the turn cap, the reply budget and the context budget (tokens, images counted),
     the decoding temperature (0: greedy), the image caps, the observation size (0: as given), whether the
     environment's text summary is shown (False: image-only) and whether a CUDA GPU decodes each turn with a static
-    KV cache and compiled decoding (`fast_generation`: `vlrl.episodes.rollout.cache_length`)."""
+    KV cache and compiled decoding (`fast_generation`: `vlrl.engine`)."""
 
     max_turns: int = 8
     max_new_tokens: int = 40

@@ -5,9 +5,10 @@ image caps, the context measured with its image tokens, and every abnormal end c
     summary(episodes)   # {"episodes": 4, "success_rate": ..., "invalid_actions": ..., "truncated": ..., ...}
 
 Each turn the active episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered
-with the chat template and their images, measured by the processor (image tokens included), and decoded in one
-`generate` call (on a CUDA GPU with `fast_generation`, with a static KV cache of a few bucketed lengths and compiled
-decoding, as single-turn rollouts: `cache_length`). An episode ends:
+with the chat template and their images, measured by the processor (image tokens included), and decoded together by
+the decoding engine (`vlrl.engine`; on a CUDA GPU with `fast_generation`, a static KV cache in steps of
+`CACHE_BUCKET` tokens and compiled decoding, the batch's rows kept as episodes end, so a whole episode compiles a few
+decoding graphs). An episode ends:
 - `done`: the environment said so (its `metrics()["success"]` says whether it succeeded);
 - `max_turns`: the run's turn cap was reached first;
 - `truncated`: its next turn (context + the reply budget) would not fit `max_seq_length`: the episode stops there,
@@ -20,8 +21,9 @@ counted, and the episode goes on.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from vlrl import engine
 from vlrl.episodes.context import (
     Settings,
     assistant_message,
@@ -30,10 +32,9 @@ from vlrl.episodes.context import (
     opening,
     prompt_text,
 )
-from vlrl.model import backend_of, compiled_decoding
-from vlrl.prompts import vision_token_ids
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
+CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context grows every turn, and each length compiles
 
 
 @dataclass
@@ -124,6 +125,9 @@ def summary(episodes: list[Episode]) -> dict:
 # --- one batch of episodes -----------------------------------------------------------------------------------------
 
 def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[Episode]:
+    decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
+                                   temperature=settings.temperature, static=settings.fast_generation)
+    decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=len(seeds))
     episodes = [Episode(seed=int(seed)) for seed in seeds]
     envs = [None] * len(seeds)
     for i, episode in enumerate(episodes):
@@ -153,11 +157,9 @@ def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[E
             if not fits:
                 continue
             keep = [active.index(i) for i in fits]
-            replies = generate(model, processor, [texts[k] for k in keep], [images[k] for k in keep],
-                               max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                               cache_length=cache_length(model, [lengths[k] for k in keep], settings))
-            for i, k, (reply, ids) in zip(fits, keep, replies):
-                _take_turn(episodes[i], envs[i], reply, ids, lengths[k], settings)
+            replies = engine.complete(model, processor, [texts[k] for k in keep], [images[k] for k in keep], decoding)
+            for i, k, reply in zip(fits, keep, replies):
+                _take_turn(episodes[i], envs[i], reply.text, reply.ids, lengths[k], settings)
     finally:
         for episode, env in zip(episodes, envs):
             if not episode.ended:  # an interrupt: close what is open, keep nothing half-played
@@ -224,106 +226,3 @@ def measure(processor, texts: list[str], images: list[list]) -> list[int]:
     image tokens, so a context is measured with them."""
     return [len(processor(text=[text], images=ims or None)["input_ids"][0]) for text, ims in zip(texts, images)]
 
-
-def stop_ids(model, tokenizer) -> list[int]:
-    """The token ids that end a reply: <|im_end|>, the tokenizer's end-of-sequence and the model's configured ones."""
-    eos = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    eos |= set(configured if isinstance(configured, list) else [configured])
-    return sorted(t for t in eos if isinstance(t, int) and t >= 0)
-
-
-CACHE_BUCKET = 2048  # static KV cache lengths are multiples of this: a few compiled shapes over a whole episode
-
-
-def cache_length(model, lengths: list[int], settings: Settings) -> int:
-    """The static KV cache length for one turn's decoding: the longest context plus the reply budget, rounded up to
-    a multiple of `CACHE_BUCKET` (never past `max_seq_length`), so that a 16-turn episode whose context grows each
-    turn compiles a few decoding graphs rather than one per turn; 0 (a dynamic cache, eager decoding) without
-    `fast_generation` or on the Unsloth backend, which has its own fast path.
-
-    Eager decoding of a batch of episodes is bound by per-token overhead, not by the GPU: each token launches
-    hundreds of small kernels from Python (`vlrl.model.compiled_decoding`).
-
-    >>> from vlrl.episodes.context import Settings
-    >>> cache_length(None, [1500, 2900], Settings(max_new_tokens=256, max_seq_length=16384, fast_generation=True))
-    4096
-    >>> cache_length(None, [15000], Settings(max_new_tokens=256, max_seq_length=16000, fast_generation=True))
-    16000
-    """
-    if not settings.fast_generation or not lengths or (model is not None and backend_of(model) == "unsloth"):
-        return 0
-    needed = max(lengths) + settings.max_new_tokens
-    return min(-(-needed // CACHE_BUCKET) * CACHE_BUCKET, max(settings.max_seq_length, needed))
-
-
-def generate(model, processor, texts: list[str], images: list[list], *, max_new_tokens: int,
-             temperature: float, cache_length: int = 0) -> list[tuple[str, list[int]]]:
-    """One reply per context, decoded together (left padding): (text, its token ids as generated, the stop token
-    included when the reply ended before `max_new_tokens`). With `cache_length` on a CUDA GPU, a static KV cache of
-    that many tokens and compiled decoding (`vlrl.model.compiled_decoding`); otherwise a dynamic cache, eager."""
-    import torch
-
-    tokenizer = processor.tokenizer
-    tokenizer.padding_side = "left"  # generation continues on the right: every context ends at the same column
-    eos = stop_ids(model, tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    flat = [im for ims in images for im in ims]
-    device = next(model.parameters()).device
-    inputs = processor(text=texts, images=flat or None, return_tensors="pt", padding=True).to(device)
-    # sampled decoding as greedy decoding of one inverse-CDF draw per row (`Sample`): the same distribution as
-    # do_sample's torch.multinomial, which over a 151k vocabulary on CPU took more than half of a grid rollout
-    sampling = {"logits_processor": [Sample(temperature)]} if temperature > 0 else {}
-    fast = compiled_decoding(model, cache_length)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=max_new_tokens, top_p=None, top_k=None, eos_token_id=eos,
-                                 pad_token_id=pad, do_sample=False, suppress_tokens=vision_token_ids(processor),
-                                 **sampling, **fast)
-    finally:
-        model.train(was_training)
-    replies = []
-    for tokens in out[:, inputs["input_ids"].shape[1]:].tolist():
-        end = next((j for j, t in enumerate(tokens) if t in eos), None)
-        text = tokenizer.decode(tokens[:end], skip_special_tokens=True)
-        replies.append((text, tokens[:end + 1] if end is not None else tokens))  # the stop token is trained too
-    return replies
-
-
-
-class Sample:
-    """A logits processor that makes greedy decoding sample at `temperature`: one uniform draw per row, inverted
-    through the cumulative softmax(logits / T), becomes the only finite score, so argmax takes it. The same
-    distribution as torch.multinomial (in float64 over blocks of the vocabulary, then within the chosen block) at
-    a sixth of its CPU cost, drawn from torch's global generator, so a seeded run draws the same replies.
-
-    >>> import torch
-    >>> _ = torch.manual_seed(0)
-    >>> scores = torch.log(torch.tensor([[0.7, 0.2, 0.1] + [0.0] * 3000])).repeat(20000, 1)
-    >>> counts = torch.bincount(Sample(1.0)(None, scores).argmax(dim=1), minlength=3) / 20000
-    >>> [round(x, 1) for x in counts.tolist()]
-    [0.7, 0.2, 0.1]
-    """
-
-    BLOCK = 1024
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature
-
-    def __call__(self, input_ids, scores):
-        import torch
-
-        rows, vocab = scores.shape
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
-        blocks = -(-vocab // self.BLOCK)
-        probs = torch.nn.functional.pad(probs, (0, blocks * self.BLOCK - vocab)).view(rows, blocks, self.BLOCK)
-        upto = probs.sum(dim=-1, dtype=torch.float64).cumsum(dim=-1)  # (rows, blocks)
-        u = torch.rand(rows, 1, dtype=torch.float64, device=scores.device) * upto[:, -1:]
-        block = torch.searchsorted(upto, u).clamp(max=blocks - 1)  # (rows, 1)
-        before = torch.where(block > 0, upto.gather(1, (block - 1).clamp(min=0)), 0.0)
-        inside = probs[torch.arange(rows, device=scores.device), block[:, 0]].double().cumsum(dim=-1) + before
-        token = block * self.BLOCK + torch.searchsorted(inside, u).clamp(max=self.BLOCK - 1)
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter_(1, token.clamp(max=vocab - 1), 0.0)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The decoding engine's GPU measurements (issue 32), run on the device machine in the background so that they can
+# outlive one call; results and logs go to /tmp/results/engine, which each call copies into its $OUT.
+#   bash bench/engine_jobs.sh start PLAN SECONDS   # starts PLAN's jobs, waits up to SECONDS, copies what is there
+#   bash bench/engine_jobs.sh wait SECONDS          # a later call (within the machine's 30 s warm window)
+# Carry [".whl"]. Plans:
+#   first: the engine against transformers' generate on the tiny model (tokens and host syncs), the 8B decode table
+#          (generate, engine) at 256 tokens, and GSPO steps at 256 tokens: plain TRL, vlrl on NF4
+#   gspo: the tiny agreement again (host syncs), then GSPO steps at 256 tokens: plain TRL, vlrl on NF4 (16 at once),
+#         and vlrl on each packed format of FORMATS at 32 at once
+#   packed: the same for the packed formats FORMATS (default "int8"), at 256 and 1024 tokens
+set -uo pipefail
+source bench/device_setup.sh
+RESULTS=/tmp/results/engine
+mkdir -p $RESULTS
+
+copy_out() {
+  mkdir -p $OUT
+  tar -czf $OUT/engine_results.tar.gz -C /tmp/results engine 2>/dev/null
+  for log in $RESULTS/*.log; do
+    [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED" | tail -40
+  done
+}
+
+plan_first() {
+  tiny_agreement
+  python3 bench/gpu_engine_decode.py --size 8b --paths generate engine --rows 16 32 --completion 256 \
+    --out $RESULTS > $RESULTS/decode_first.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl --out $RESULTS > $RESULTS/gspo_first.log 2>&1
+}
+
+tiny_agreement() {
+  TINY=$(python3 -c "from vlrl.warmstart import ensure_tiny; print(ensure_tiny(warm_start_steps=150, image_size=64))" \
+    2>/dev/null | tail -1)
+  python3 bench/gpu_engine_decode.py --tiny "$TINY" --paths --out $RESULTS > $RESULTS/agreement.log 2>&1
+}
+
+plan_gspo() {
+  local paths=""
+  for f in ${FORMATS:-}; do paths="$paths vlrl-$f"; done
+  tiny_agreement
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl --out $RESULTS > $RESULTS/gspo_256.log 2>&1
+  [ -n "$paths" ] && python3 bench/gpu_engine.py --size 8b --completion 256 --paths $paths --generation-batch 32 \
+    --out $RESULTS > $RESULTS/gspo_packed_256.log 2>&1
+}
+
+plan_packed() {
+  local formats=${FORMATS:-int8} paths="" decode_paths=""
+  for f in $formats; do paths="$paths vlrl-$f"; decode_paths="$decode_paths engine-$f"; done
+  python3 bench/gpu_engine_decode.py --size 8b --paths $decode_paths --rows 16 32 --completion 256 \
+    --out $RESULTS > $RESULTS/decode_packed.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths $paths --generation-batch ${GEN:-32} --out $RESULTS \
+    > $RESULTS/gspo_packed_256.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths $paths --generation-batch ${GEN:-32} \
+    --out $RESULTS > $RESULTS/gspo_packed_1024.log 2>&1
+}
+
+wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
+  local until=$(( $(date +%s) + $1 ))
+  while [ -f $RESULTS/.running ] && [ $(date +%s) -lt $until ]; do sleep 5; done
+  [ -f $RESULTS/.running ] && echo "still running" || echo "jobs done"
+}
+
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0  # sourced by the jobs' own shell: the functions only
+case "$1" in
+  start)
+    touch $RESULTS/.running
+    # setsid: the jobs outlive this call (a plain background job ends with it)
+    setsid bash -c "source bench/engine_jobs.sh; plan_$2; rm -f $RESULTS/.running" > $RESULTS/jobs.log 2>&1 < /dev/null &
+    wait_for "$3" ;;
+  wait) wait_for "$2" ;;
+esac
+copy_out

@@ -1,0 +1,169 @@
+"""The decoding engine against plain TRL, side by side in one process on one GPU (issue 32): GSPO steps at the real
+Qwen3-VL shapes (random weights, 512x512 pictures), completion tokens per second, the decode step against the
+bandwidth bound, peak memory, and the rollout/training mismatch.
+
+Paths (each loads the model afresh; the checkpoint is built once):
+- `trl`: what a user of the seed recipe gets from TRL itself: transformers + PEFT + bitsandbytes 4-bit, TRL's own
+  `GRPOTrainer` with the recipe's TRL defaults (per_device_train_batch_size 8 x gradient_accumulation_steps 4: TRL
+  decodes all 32 completions of a step at once, eager, with a dynamic cache).
+- `vlrl`: vlrl's trainer (`vlrl.train.build_trainer`): the engine's compiled static-cache rollouts on the NF4 base,
+  `--generation-batch` completions at once, `--micro-batch` per training forward, 32 completions per optimizer step.
+- `vlrl-FORMAT` (e.g. `vlrl-int8`): the same with the frozen base packed once at load for decoding
+  (`vlrl.engine.weights.pack_for_decoding(model, FORMAT)`).
+
+    python bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl vlrl-int8 --out $OUT/engine
+    python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 32 --micro-batch 4
+
+One JSON per (path, completion) under --out, and a table line per run (`RESULT`). The bound: the language model's
+4-bit weights (every non-vision weight of the NF4 model, `gpu_gspo.weight_bytes`) read once per decoding step at
+half the measured copy bandwidth, the issue's convention, whatever format the path decodes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu_gspo import Timer, build_checkpoint, copy_bandwidth, step_clock, weight_bytes
+
+START = time.time()
+
+
+def say(text: str) -> None:
+    print(f"T+{time.time() - START:6.1f}s {text}", flush=True)
+
+
+def dataset(count: int):
+    from vlrl import prompts, synthetic
+
+    return prompts.to_dataset(synthetic.generate(count, seed=3, image_size=512))
+
+
+def load(path: Path, fmt: str | None):
+    import torch
+
+    from vlrl.model import LoraSettings, load_model
+
+    policy, processor = load_model(str(path), load_in_4bit=True, max_seq_length=2048,
+                                   lora=LoraSettings(r=16, alpha=16), backend="transformers")
+    nf4_bytes, report = weight_bytes(policy), None
+    if fmt:
+        from vlrl.engine.weights import pack_for_decoding
+
+        report = pack_for_decoding(policy, fmt)
+        torch.cuda.empty_cache()
+    return policy, processor, report, nf4_bytes
+
+
+def plain_trl_trainer(args, policy, processor, data, out: Path):
+    """TRL's GRPOTrainer as a user of the seed recipe builds it: vlrl's rewards and recipe values, TRL's defaults."""
+    from trl import GRPOTrainer
+
+    from vlrl import rewards
+    from vlrl.recipe import gspo_config
+
+    config = gspo_config(output_dir=str(out), per_device_train_batch_size=8, gradient_accumulation_steps=4,
+                         num_generations=4, max_completion_length=args.completion, max_steps=args.steps + args.warmup,
+                         learning_rate=5e-6, logging_steps=1, save_strategy="no", report_to=[], seed=0)
+    return GRPOTrainer(model=policy, reward_funcs=rewards.reward_funcs(), args=config, train_dataset=data,
+                       processing_class=processor)
+
+
+def vlrl_trainer(args, policy, processor, data, out: Path):
+    from vlrl import config as cfg
+    from vlrl import train
+
+    config = cfg.preset("tiny")
+    t = config.training
+    t.per_device_train_batch_size, t.gradient_accumulation_steps = args.micro_batch, 32 // args.micro_batch
+    t.num_generations, t.generation_batch_size = 4, args.generation_batch
+    t.max_completion_length, t.max_steps, t.learning_rate = args.completion, args.steps + args.warmup, 5e-6
+    t.save_steps, t.logging_steps = 10_000, 1
+    config.data.max_prompt_tokens = 512  # a 512x512 picture is 256 image tokens, plus the question
+    return train.build_trainer(config, policy, processor, data, out)
+
+
+def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
+    import torch
+
+    fmt = path.split("-", 1)[1] if path.startswith("vlrl-") else None
+    say(f"{path}: loading")
+    policy, processor, packed, nf4_bytes = load(checkpoint, fmt)
+    data = dataset(32 * (args.steps + args.warmup) // 4 + 8)
+    out = Path(args.out) / f"run-{path}-{args.completion}"
+    build = plain_trl_trainer if path == "trl" else vlrl_trainer
+    trainer = build(args, policy, processor, data, out)
+    timer, steps = Timer(), []
+    trainer.add_callback(step_clock(timer, steps, lambda done: say(
+        f"{path}: step {len(done)} {done[-1]['step_s']:.1f} s (generation {done[-1].get('generation_s', 0):.1f} s)")))
+    timer.wrap(trainer, "_generate_single_turn", "generation_s")
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    logs = trainer.state.log_history
+    lengths = [r["completions/mean_length"] for r in logs if "completions/mean_length" in r]
+    kl = [r["sampling/rollout_train_kl"] for r in logs if "sampling/rollout_train_kl" in r]
+    measured = steps[args.warmup:] or steps
+    median = lambda xs: sorted(xs)[len(xs) // 2]
+    step_s, gen_s = median([s["step_s"] for s in measured]), median([s["generation_s"] for s in measured])
+    mean_length = median(lengths[args.warmup:] or lengths) if lengths else args.completion
+    tokens = 32 * mean_length
+    calls = 32 // (32 if path == "trl" else args.generation_batch)  # generate calls per optimizer step
+    decode_ms = 1000 * gen_s / (calls * mean_length)
+    bound_ms = 1000 * nf4_bytes / (bandwidth / 2)
+    result = {
+        "path": path, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
+        "generation_batch": 32 if path == "trl" else args.generation_batch,
+        "micro_batch": 8 if path == "trl" else args.micro_batch, "steps": steps, "step_s": step_s,
+        "generation_s": gen_s, "training_s": step_s - gen_s, "mean_completion_tokens": mean_length,
+        "completion_tokens_per_s": tokens / step_s, "decode_ms_per_step": decode_ms,
+        "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,
+        "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
+        "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
+        "rollout_train_kl": kl, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
+        "torch": torch.__version__, "wall_s": time.time() - START,
+    }
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    name = f"gspo_{args.size}_{path}_{args.completion}_gen{result['generation_batch']}.json"
+    (Path(args.out) / name).write_text(json.dumps(result, indent=2, default=str))
+    keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
+            "max_reserved_gib")
+    print("RESULT", name, json.dumps({k: round(result[k], 3) for k in keys}), "KL", kl, flush=True)
+    del trainer, policy
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", default="8b")
+    p.add_argument("--completion", type=int, default=256)
+    p.add_argument("--paths", nargs="+", default=["trl", "vlrl"])
+    p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--generation-batch", type=int, default=16)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/engine")
+    args = p.parse_args()
+    checkpoint = build_checkpoint(args.size, Path(args.checkpoints))
+    bandwidth = copy_bandwidth()
+    say(f"checkpoint {checkpoint}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
+    for path in args.paths:
+        try:
+            run(args, path, checkpoint, bandwidth)
+        except Exception as err:  # noqa: BLE001 - one path failing must not cost the others' numbers
+            import traceback
+
+            traceback.print_exc()
+            print("FAILED", path, type(err).__name__, str(err)[:500], flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The decoding engine on the GPU, decode only (issue 32): first that its compiled path is transformers' own (the
+warm-started tiny model decoded greedily by the engine and by `generate` with the same static cache and compiled
+forward, token for token, and the host syncs one engine call makes), then the decode table at a real shape: ms per
+decoding step and the share of the 4-bit bandwidth bound, for each path and rows decoded at once.
+
+Paths: `generate` (transformers' `generate` as TRL calls it: eager, dynamic cache, sampling), `engine` (vlrl's engine,
+compiled, static cache), `engine-FORMAT` (the same after `vlrl.engine.weights.pack_for_decoding(model, FORMAT)`).
+
+    python bench/gpu_engine_decode.py --tiny $VLRL_CACHE/tiny-... --size 8b --paths generate engine engine-int8 \
+        --rows 16 32 --completion 256 --out $OUT/decode
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu_engine import say
+from gpu_gspo import build_checkpoint, copy_bandwidth, weight_bytes
+
+
+def contexts(processor, count: int, size: int):
+    from vlrl import prompts, synthetic
+
+    rows = [prompts.to_prompt(i) for i in synthetic.generate(count, seed=7, image_size=size)]
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    return texts, [[r["image"]] for r in rows]
+
+
+def tiny_agreement(path: str) -> dict:
+    """The engine's compiled greedy tokens against `generate`'s with the same static cache length and compiled
+    forward; the host syncs of a warm engine call (torch's sync debug mode)."""
+    import torch
+
+    from vlrl import engine
+    from vlrl.model import load_model
+
+    policy, processor = load_model(path, backend="transformers")
+    policy = policy.to("cuda")
+    texts, images = contexts(processor, 8, 64)
+    decoding = engine.decoding_for(policy, processor, max_new_tokens=48, static=True)
+    ours = [c.ids for c in engine.complete(policy, processor, texts, images, decoding)]
+    processor.tokenizer.padding_side = "left"
+    inputs = processor(text=texts, images=[i for g in images for i in g], return_tensors="pt", padding=True).to("cuda")
+    length = engine.cache_length(inputs["input_ids"].shape[1], 48)
+    with torch.no_grad():
+        out = policy.generate(**inputs, max_new_tokens=48, do_sample=False, top_p=None, top_k=None,
+                              eos_token_id=list(decoding.stop_ids), pad_token_id=decoding.pad_id,
+                              suppress_tokens=list(decoding.suppress_ids), cache_implementation="static",
+                              max_cache_len=length, disable_compile=False)
+    theirs = []
+    for row in out[:, inputs["input_ids"].shape[1]:].tolist():
+        end = next((i for i, t in enumerate(row) if t in decoding.stop_ids), None)
+        theirs.append(row if end is None else row[:end + 1])
+    torch.cuda.set_sync_debug_mode("warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine.complete(policy, processor, texts, images, decoding)
+    torch.cuda.set_sync_debug_mode(0)
+    syncs = [str(w.message)[:120] for w in caught if "synchroniz" in str(w.message).lower()]
+    return {"rows": len(ours), "identical_rows": sum(a == b for a, b in zip(ours, theirs)),
+            "ours": ours[:2], "theirs": theirs[:2], "host_syncs_in_a_call": len(syncs), "sync_examples": syncs[:5]}
+
+
+def decode_row(policy, processor, path: str, rows: int, completion: int, bound_ms: float) -> dict:
+    import torch
+
+    from vlrl import engine
+
+    texts, images = contexts(processor, rows, 512)
+    if path == "generate":
+        processor.tokenizer.padding_side = "left"
+        inputs = processor(text=texts, images=[i for g in images for i in g], return_tensors="pt",
+                           padding=True).to("cuda")
+
+        def once(n):
+            with torch.no_grad():
+                policy.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=True, temperature=1.0,
+                                top_p=None, top_k=None)
+    else:
+        decoding = engine.decoding_for(policy, processor, max_new_tokens=completion, temperature=1.0, static=True)
+
+        def once(n):
+            # no stop token: every row decodes n tokens, as the bound assumes
+            d = replace(decoding, max_new_tokens=n, stop_ids=())
+            engine.complete(policy, processor, texts, images, d)
+
+    def timed(n):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        once(n)
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    warmup = timed(completion)  # compiles this shape (the cache length depends on the completion budget)
+    prefill = timed(1)
+    torch.cuda.reset_peak_memory_stats()
+    whole = timed(completion)
+    step_ms = 1000 * (whole - prefill) / (completion - 1)
+    return {"path": path, "rows": rows, "completion": completion, "warmup_s": round(warmup, 1),
+            "seconds": round(whole, 2), "prefill_s": round(prefill, 3), "step_ms": round(step_ms, 2),
+            "tokens_per_s": round(rows * completion / whole, 1), "decode_bound_share": round(bound_ms / step_ms, 4),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
+
+
+def main() -> None:
+    import torch
+
+    from vlrl.model import LoraSettings, load_model
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--tiny", help="a warm-started tiny model directory: the agreement check")
+    p.add_argument("--size", default="8b")
+    p.add_argument("--paths", nargs="*", default=["generate", "engine"])
+    p.add_argument("--rows", type=int, nargs="+", default=[16, 32])
+    p.add_argument("--completion", type=int, default=256)
+    p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/decode")
+    args = p.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    if args.tiny:
+        agreement = tiny_agreement(args.tiny)
+        print("AGREEMENT", json.dumps(agreement), flush=True)
+        (Path(args.out) / "engine_agreement.json").write_text(json.dumps(agreement, indent=2))
+    if not args.paths:
+        return
+    checkpoint = build_checkpoint(args.size, Path(args.checkpoints))
+    bandwidth = copy_bandwidth()
+    table = []
+    for path in args.paths:
+        try:
+            policy, processor = load_model(str(checkpoint), load_in_4bit=True, max_seq_length=2048,
+                                           lora=LoraSettings(r=16, alpha=16), backend="transformers")
+            bound_ms = 1000 * weight_bytes(policy) / (bandwidth / 2)
+            if path.startswith("engine-"):
+                from vlrl.engine.weights import pack_for_decoding
+
+                print("PACKED", json.dumps(pack_for_decoding(policy, path.split("-", 1)[1]), default=str))
+            policy.eval()
+            for rows in args.rows:
+                row = decode_row(policy, processor, path, rows, args.completion, bound_ms)
+                row.update(gpu=torch.cuda.get_device_name(), bound_ms=round(bound_ms, 3), size=args.size)
+                table.append(row)
+                say(f"DECODE {json.dumps(row)}")
+            del policy
+            torch.cuda.empty_cache()
+        except Exception as err:  # noqa: BLE001 - one path failing must not cost the others' rows
+            import traceback
+
+            traceback.print_exc()
+            print("FAILED", path, type(err).__name__, str(err)[:500], flush=True)
+    (Path(args.out) / f"decode_{args.size}_{args.completion}.json").write_text(json.dumps(table, indent=2))
+
+
+if __name__ == "__main__":
+    main()

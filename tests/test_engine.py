@@ -1,0 +1,137 @@
+"""The decoding engine (`vlrl.engine`) on the tiny Qwen3-VL: its greedy tokens are transformers' `generate`'s, with a
+dynamic cache and with the static cache of the GPU's fast path (run eager here), with rows padded to a fixed batch;
+its recorded log-probs are those of the distribution it drew from; its draws follow that distribution; stopped rows
+hold the pad token. The thinking budget's tests are in test_thinking.py, the rollouts' in test_mismatch.py and
+test_episodes.py."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from vlrl import engine, model, prompts, synthetic
+from vlrl.engine import loop
+from vlrl.engine.sampling import TokenChooser
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_dir):
+    return model.load_model(str(tiny_dir), backend="transformers")
+
+
+@pytest.fixture(scope="module")
+def contexts(policy):
+    _, processor = policy
+    rows = [prompts.to_prompt(item) for item in synthetic.generate(3, seed=11, image_size=64)]
+    rows[1]["prompt"][0]["content"][-1]["text"] += " Think about it carefully, step by step."  # lengths differ
+    texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
+    return texts, [[r["image"]] for r in rows]
+
+
+def _generate(policy, texts, images, decoding: engine.Decoding) -> list[list[int]]:
+    """transformers' own greedy `generate`, cut as the engine cuts (after the stop token)."""
+    tiny, processor = policy
+    processor.tokenizer.padding_side = "left"
+    inputs = processor(text=texts, images=[i for group in images for i in group], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = tiny.generate(**inputs, max_new_tokens=decoding.max_new_tokens, do_sample=False, top_p=None, top_k=None,
+                            eos_token_id=list(decoding.stop_ids), pad_token_id=decoding.pad_id,
+                            suppress_tokens=list(decoding.suppress_ids))
+    rows = []
+    for row in out[:, inputs["input_ids"].shape[1]:].tolist():
+        end = next((i for i, t in enumerate(row) if t in decoding.stop_ids), None)
+        rows.append(row if end is None else row[:end + 1])
+    return rows
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_greedy_decoding_gives_generates_tokens(policy, contexts, static, monkeypatch):
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", static)
+    tiny, processor = policy
+    texts, images = contexts
+    decoding = engine.decoding_for(tiny, processor, max_new_tokens=40, static=static)
+    completions = engine.complete(tiny, processor, texts, images, decoding)
+    expected = _generate(policy, texts, images, decoding)
+    assert [c.ids for c in completions] == expected
+    assert any(c.finish_reason == "stop" for c in completions)  # the warm-started model ends its answers
+    for c in completions:
+        assert (c.finish_reason == "stop") == (c.ids[-1] in decoding.stop_ids)
+        assert c.text == processor.tokenizer.decode(c.ids, skip_special_tokens=True)
+
+
+def test_a_batch_padded_to_fixed_rows_decodes_the_same(policy, contexts, monkeypatch):
+    """A static batch keeps its rows (one compiled shape): the filler rows change nothing in the real ones."""
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    tiny, processor = policy
+    texts, images = contexts
+    seen = []
+
+    def recorded(*args, **kwargs):
+        out = loop.decode(*args, **kwargs)
+        seen.append(out.stats)
+        return out
+
+    monkeypatch.setattr(engine, "decode", recorded)
+    decoding = engine.decoding_for(tiny, processor, max_new_tokens=24, static=True)
+    alone = engine.complete(tiny, processor, texts[:2], images[:2], decoding)
+    padded = engine.complete(tiny, processor, texts[:2], images[:2], replace(decoding, rows=5))
+    assert [c.ids for c in padded] == [c.ids for c in alone] and len(padded) == 2
+    assert [s["rows"] for s in seen] == [2, 5] and seen[0]["cache_length"] % loop.CACHE_BUCKET == 0
+
+
+def test_recorded_logps_are_of_the_distribution_drawn_from(policy, contexts):
+    """At temperature 2 with the vision placeholders suppressed, each recorded log-prob is what a full forward over
+    context + completion gives for that token under the same processing."""
+    tiny, processor = policy
+    texts, images = contexts
+    decoding = engine.decoding_for(tiny, processor, max_new_tokens=16, temperature=2.0, record_logps=True)
+    torch.manual_seed(0)
+    completions = engine.complete(tiny, processor, texts[:2], images[:2], decoding)
+    for text, pictures, c in zip(texts, images, completions):
+        assert len(c.logps) == len(c.ids)
+        inputs = processor(text=[text], images=pictures, return_tensors="pt")
+        ids = torch.cat([inputs["input_ids"], torch.tensor([c.ids])], dim=1)
+        types = torch.cat([inputs["mm_token_type_ids"], torch.zeros(1, len(c.ids), dtype=torch.long)], dim=1)
+        with torch.no_grad():
+            logits = tiny(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=inputs["pixel_values"],
+                          image_grid_thw=inputs["image_grid_thw"], mm_token_type_ids=types).logits
+        logits = logits[0, inputs["input_ids"].shape[1] - 1:-1].float()
+        logits[:, list(decoding.suppress_ids)] = float("-inf")
+        expected = (logits / 2.0).log_softmax(-1).gather(1, torch.tensor(c.ids).unsqueeze(1)).squeeze(1)
+        assert c.logps == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_draws_follow_the_distribution_and_a_seed_repeats_them():
+    scores = torch.log(torch.tensor([[0.7, 0.2, 0.1] + [0.0] * 3000])).repeat(20000, 1)
+    torch.manual_seed(0)
+    tokens = TokenChooser(torch.zeros(20000, 1, dtype=torch.long), stop_ids=[5], temperature=1.0)(scores)
+    frequencies = torch.bincount(tokens, minlength=3)[:3] / 20000
+    assert frequencies.tolist() == pytest.approx([0.7, 0.2, 0.1], abs=0.01)
+    torch.manual_seed(0)
+    again = TokenChooser(torch.zeros(20000, 1, dtype=torch.long), stop_ids=[5], temperature=1.0)(scores)
+    assert torch.equal(tokens, again)
+    hot = TokenChooser(torch.zeros(20000, 1, dtype=torch.long), stop_ids=[5], temperature=2.0)(scores)
+    flat = (torch.tensor([0.7, 0.2, 0.1]) ** 0.5) / (torch.tensor([0.7, 0.2, 0.1]) ** 0.5).sum()
+    assert (torch.bincount(hot, minlength=3)[:3] / 20000).tolist() == pytest.approx(flat.tolist(), abs=0.01)
+
+
+def test_stopped_rows_hold_the_pad_token_and_draws_stay_on_the_logits_device():
+    chooser = TokenChooser(torch.zeros(2, 1, dtype=torch.long), stop_ids=[2], pad_id=9)
+    assert chooser(torch.tensor([[0.0, 0.0, 5.0], [3.0, 0.0, 0.0]])).tolist() == [2, 0]
+    assert chooser(torch.tensor([[5.0, 0.0, 0.0], [0.0, 5.0, 0.0]])).tolist() == [9, 1]
+    assert chooser.stopped.tolist() == [True, False]
+    # the draw is made where the logits are (a CPU draw against CUDA logits once stopped a GSPO step on the GPU);
+    # the meta device stands in for CUDA here
+    meta = TokenChooser(torch.zeros(2, 1, dtype=torch.long, device="meta"), stop_ids=[1], temperature=1.0)
+    assert meta(torch.zeros(2, 3000, device="meta")).device.type == "meta"
+
+
+def test_draws_of_one_context_are_consecutive_rows(policy, contexts):
+    tiny, processor = policy
+    texts, images = contexts
+    decoding = engine.decoding_for(tiny, processor, max_new_tokens=8, temperature=1.0)
+    torch.manual_seed(3)
+    completions = engine.complete(tiny, processor, texts[:2], images[:2], decoding, draws=3)
+    assert len(completions) == 6
+    lengths = [c.prompt_tokens for c in completions]
+    assert lengths[:3] == [lengths[0]] * 3 and lengths[3:] == [lengths[3]] * 3 and lengths[0] != lengths[3]

@@ -1,0 +1,89 @@
+"""The decoding engine: the one place that turns a batch of contexts into completions, for training rollouts
+(`vlrl.mismatch`'s trainer), episode turns (`vlrl.episodes.rollout`) and evals (`vlrl.evaluate`) alike.
+
+    decoding = engine.decoding_for(model, processor, max_new_tokens=256, temperature=1.0, static=True)
+    for c in engine.complete(model, processor, texts, images, decoding):
+        c.text, c.ids, c.finish_reason, c.logps
+
+It owns: the stop tokens (`stop_ids`), the tokens never produced (image and video placeholders), the thinking
+budget, the static KV cache sized to the batch's real contexts (`loop.cache_length`), compiled decoding on a GPU
+(`loop`), the exact draw at a temperature and each drawn token's log-probability (`sampling`), and the packed
+decode-friendly weights of a 4-bit base (`weights`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vlrl import prompts, thinking
+from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
+from vlrl.engine.sampling import Budget
+
+__all__ = ["Budget", "Completion", "Decoded", "Decoding", "cache_length", "complete", "decode", "decoding_for",
+           "stop_ids"]
+
+
+@dataclass
+class Completion:
+    """One completion: its text (special tokens dropped, the stop token not written), its token ids (the stop token
+    kept: it is trained too), why it ended, its context's length, and with recording, each token's log-prob."""
+
+    text: str
+    ids: list[int]
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    logps: list[float] | None = None
+
+
+def stop_ids(model, tokenizer) -> list[int]:
+    """The token ids that end a completion: <|im_end|>, the tokenizer's end-of-sequence and the model's configured
+    ones (Qwen3-VL's generation config adds <|endoftext|>)."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    ids = {tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(configured if isinstance(configured, list) else [configured])
+    return sorted(t for t in ids if isinstance(t, int) and t >= 0 and t != tokenizer.unk_token_id)
+
+
+def budget_of(processor, budget: int) -> Budget | None:
+    """The thinking budget with the tokenizer's ids (`vlrl.thinking.budget_ids`), None for no budget."""
+    return Budget(budget, *thinking.budget_ids(processor, budget)) if budget else None
+
+
+def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 0.0, thinking_budget: int = 0,
+                 static: bool = True, record_logps: bool = False) -> Decoding:
+    """The `Decoding` of a model and processor: its stop tokens, the vision placeholders suppressed, its pad token,
+    the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend,
+    which patches generation its own way."""
+    from vlrl.model import backend_of
+
+    stops = stop_ids(model, processor)
+    tokenizer = getattr(processor, "tokenizer", processor)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
+    return Decoding(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=tuple(stops),
+                    suppress_ids=tuple(prompts.vision_token_ids(processor)), pad_id=pad,
+                    budget=budget_of(processor, thinking_budget),
+                    static=static and backend_of(model) != "unsloth", record_logps=record_logps)
+
+
+def complete(model, processor, texts: list[str], images: list[list], decoding: Decoding, *,
+             draws: int = 1) -> list[Completion]:
+    """Completes each rendered context (`texts[i]` with its pictures `images[i]`, in placeholder order), `draws`
+    times each: rows i*draws .. i*draws+draws-1 are context i's. Contexts are left-padded (decoding appends on the
+    right) and decoded in one batch."""
+    tokenizer = processor.tokenizer
+    tokenizer.padding_side = "left"
+    flat = [image for group in images for image in group]
+    device = next(model.parameters()).device
+    inputs = dict(processor(text=texts, images=flat or None, return_tensors="pt", padding=True).to(device))
+    if draws > 1:
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        input_ids, rest = base._expand_inputs_for_generation(expand_size=draws, input_ids=inputs.pop("input_ids"),
+                                                             **inputs)
+        inputs = {"input_ids": input_ids, **rest}
+    out = decode(model, inputs, decoding)
+    stops = set(decoding.stop_ids)
+    return [Completion(text=tokenizer.decode([t for t in ids if t not in stops], skip_special_tokens=True), ids=ids,
+                       finish_reason=reason, prompt_tokens=int(n),
+                       logps=out.logps[i] if out.logps is not None else None)
+            for i, (ids, reason, n) in enumerate(zip(out.tokens, out.finish_reasons, out.prompt_tokens))]

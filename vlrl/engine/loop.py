@@ -1,0 +1,221 @@
+"""The decoding loop: a batch of tokenized contexts (pictures included) -> completions, for training rollouts, episode
+turns and evals alike.
+
+One prefill over the left-padded contexts, then one token per step for every row: the model's forward (compiled and
+replayed as a CUDA graph over a static KV cache on a GPU, eager elsewhere), then `TokenChooser` picks each row's token
+on the device. The host never waits for the device inside the loop except once every `CHECK_EVERY` steps, to see
+whether every row has stopped: it queues the next steps while the GPU runs, so the Python work of a step is hidden
+behind the device's instead of added to it (`transformers`' `generate` checks its stopping criteria every step).
+
+The model inputs of each step are built by the model's own `prepare_inputs_for_generation` and
+`_prepare_position_ids_for_generation`, which is what `generate` calls: multimodal position ids (Qwen-VL's M-RoPE),
+the 4-D mask a static cache needs and the pictures dropped after the prefill come out as `generate` makes them, so
+greedy decoding here gives `generate`'s tokens (tests/test_engine.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from vlrl.engine.sampling import Budget, TokenChooser
+
+CHECK_EVERY = 8  # steps between the host's looks at "has every row stopped?": at most 7 wasted steps a batch
+CACHE_BUCKET = 256  # a static cache's length is a multiple of this: one compiled graph serves many batches
+RECOMPILE_LIMIT = 32  # compiled shapes per process (rows x cache length) before torch falls back to eager
+STATIC_ON_CPU = False  # the static cache off CUDA (never compiled there): the tests run the GPU's code path on CPU
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one batch is decoded.
+
+    Args:
+        max_new_tokens: the completion budget; a completion that reaches it ends with finish reason "length".
+        temperature: 0 decodes greedily; > 0 draws from softmax(logits / temperature), the whole vocabulary.
+        stop_ids: the tokens that end a completion (kept in it, as a trained token).
+        suppress_ids: tokens never produced (image and video placeholders: `vlrl.prompts.vision_token_ids`).
+        pad_id: written after a row has stopped.
+        budget: the thinking budget, or None.
+        static: a static KV cache sized to the batch's longest context plus `max_new_tokens` (rounded up to
+            `cache_bucket`, at least `min_cache_length`) and compiled decoding (CUDA only); False: a dynamic cache,
+            eager. Each (rows, cache length) pair is one compiled graph (about a minute at the 8B shape), so callers
+            that know their contexts fix both: `min_cache_length` from the data set's longest prompt, `rows` from
+            the batch size (smaller batches are padded with rows that attend to one pad token).
+        record_logps: record each produced token's log-probability under the distribution it was drawn from.
+    """
+
+    max_new_tokens: int
+    temperature: float = 0.0
+    stop_ids: tuple[int, ...] = ()
+    suppress_ids: tuple[int, ...] = ()
+    pad_id: int = 0
+    budget: Budget | None = None
+    static: bool = False
+    record_logps: bool = False
+    cache_bucket: int = CACHE_BUCKET
+    min_cache_length: int = 0
+    rows: int = 0
+
+
+@dataclass
+class Decoded:
+    """One batch's completions, in input row order."""
+
+    tokens: list[list[int]]  # each cut after its stop token, which is kept
+    stopped: list[bool]  # True: ended at a stop token ("stop"); False: reached max_new_tokens ("length")
+    prompt_tokens: list[int]  # each context's real length (padding left out)
+    logps: list[list[float]] | None = None  # per token of `tokens`, when recorded
+    stats: dict = field(default_factory=dict)  # steps decoded, cache length, whether compiled
+
+    @property
+    def finish_reasons(self) -> list[str]:
+        return ["stop" if s else "length" for s in self.stopped]
+
+
+def cache_length(longest_context: int, max_new_tokens: int, *, bucket: int = CACHE_BUCKET, least: int = 0) -> int:
+    """The static KV cache's length for a batch: its longest context plus the completion budget (at least `least`),
+    rounded up to a multiple of `bucket`, so batches of nearby lengths share one compiled decoding graph, and no
+    more than that: every decoding step reads the whole static cache (16 rows x 1,536 tokens is 3.6 GB at the 8B
+    shape, as much as its 4-bit weights), and the cache limits how many rows decode at once.
+
+    >>> cache_length(300, 1024), cache_length(1500, 256), cache_length(2048, 0), cache_length(10, 10, least=700)
+    (1536, 1792, 2048, 768)
+    """
+    needed = max(longest_context + max_new_tokens, least)
+    return -(-needed // bucket) * bucket
+
+
+def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
+    """Decodes every row of `inputs` (the processor's batch: left-padded `input_ids` and `attention_mask`, and the
+    pictures' `pixel_values`, `image_grid_thw`, `mm_token_type_ids`, on the model's device).
+
+    Args:
+        model: a transformers model or a PEFT model around one; put in eval mode for the call.
+        inputs: the batch, as the processor returns it (left padding).
+        decoding: how to decode (`Decoding`).
+
+    Returns:
+        `Decoded`: each row's tokens cut after its stop token, why it ended, its context length, and with
+        `record_logps` each token's log-probability.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inputs = dict(inputs)
+    input_ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
+    rows, width = input_ids.shape
+    cuda = input_ids.device.type == "cuda"
+    static = decoding.static and (cuda or STATIC_ON_CPU)
+    length = cache_length(width, decoding.max_new_tokens, bucket=decoding.cache_bucket,
+                          least=decoding.min_cache_length) if static else 0
+    if static and decoding.rows > rows:
+        input_ids, mask, inputs = _pad_rows(input_ids, mask, inputs, decoding.rows - rows, decoding.pad_id)
+    chooser = TokenChooser(input_ids, stop_ids=decoding.stop_ids, suppress_ids=decoding.suppress_ids,
+                           pad_id=decoding.pad_id, temperature=decoding.temperature, budget=decoding.budget,
+                           record_logps=decoding.record_logps)
+    tokens = torch.full((input_ids.shape[0], decoding.max_new_tokens), decoding.pad_id, dtype=torch.long,
+                        device=input_ids.device)
+    full_mask = torch.ones(input_ids.shape[0], width + decoding.max_new_tokens, dtype=mask.dtype, device=mask.device)
+    full_mask[:, :width] = mask
+    was_training = model.training
+    model.eval()
+    steps = 0
+    try:
+        with torch.no_grad(), _decode_mode(base):
+            cache = _new_cache(base, length)
+            forward = _compiled_forward(base) if static and cuda else base.__call__
+            positions = base._prepare_position_ids_for_generation(input_ids, {"attention_mask": mask, **inputs})
+            step_inputs = base.prepare_inputs_for_generation(
+                input_ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
+                is_first_iteration=True, logits_to_keep=1, **inputs)
+            logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
+            own_mask = _own_mask(base, length, full_mask)
+            for step in range(decoding.max_new_tokens):
+                token = chooser(logits)
+                tokens[:, step] = token
+                steps = step + 1
+                if steps == decoding.max_new_tokens or (steps % CHECK_EVERY == 0 and bool(chooser.stopped.all())):
+                    break
+                positions = positions[..., -1:] + 1
+                # the new token sits at slot width + step: it sees the real context and every token before it
+                step_mask = own_mask(width + step) if own_mask else full_mask[:, :width + steps]
+                step_inputs = base.prepare_inputs_for_generation(
+                    token.unsqueeze(1), past_key_values=cache, attention_mask=step_mask, position_ids=positions,
+                    use_cache=True, is_first_iteration=False, logits_to_keep=1)
+                if static and cuda:
+                    torch.compiler.cudagraph_mark_step_begin()
+                logits = forward(**step_inputs, return_dict=True).logits[:, -1]
+    finally:
+        model.train(was_training)
+    return _collect(tokens[:rows, :steps], mask[:rows], chooser, decoding,
+                    {"steps": steps, "cache_length": length, "compiled": static and cuda, "rows": input_ids.shape[0]})
+
+
+def _own_mask(base, length: int, full_mask: torch.Tensor):
+    """For a static cache under SDPA, a function of the new token's slot giving the 4-D boolean mask transformers
+    would build (True: attend), made on the device without a look at its values: transformers' own
+    (`create_masks_for_generate`) asks whether any position is padding, a host sync every step. None otherwise."""
+    if not length or getattr(base.config, "_attn_implementation", None) != "sdpa":
+        return None
+    rows, width = full_mask.shape
+    padding = torch.ones(rows, length, dtype=torch.bool, device=full_mask.device)
+    padding[:, :width] = full_mask.bool()
+    slots = torch.arange(length, device=full_mask.device)
+    return lambda slot: (padding & (slots <= slot))[:, None, None, :]
+
+
+def _pad_rows(input_ids, mask, inputs: dict, extra: int, pad_id: int):
+    """`extra` more rows that attend to one pad token and hold no picture: the batch keeps its compiled shape."""
+    width = input_ids.shape[1]
+    input_ids = torch.cat([input_ids, input_ids.new_full((extra, width), pad_id)])
+    filler = mask.new_zeros((extra, width))
+    filler[:, -1] = 1
+    mask = torch.cat([mask, filler])
+    if "mm_token_type_ids" in inputs:
+        types = inputs["mm_token_type_ids"]
+        inputs = {**inputs, "mm_token_type_ids": torch.cat([types, types.new_zeros((extra, width))])}
+    return input_ids, mask, inputs
+
+
+def _collect(tokens: torch.Tensor, mask: torch.Tensor, chooser: TokenChooser, decoding: Decoding,
+             stats: dict) -> Decoded:
+    stops = set(decoding.stop_ids)
+    cut, stopped = [], []
+    for row in tokens.tolist():
+        end = next((i for i, t in enumerate(row) if t in stops), None)
+        cut.append(row if end is None else row[:end + 1])
+        stopped.append(end is not None)
+    logps = chooser.logps_of([len(c) for c in cut]) if decoding.record_logps else None
+    return Decoded(tokens=cut, stopped=stopped, prompt_tokens=mask.sum(dim=1).tolist(), logps=logps, stats=stats)
+
+
+def _new_cache(base, length: int):
+    from transformers import DynamicCache, StaticCache
+
+    if length:
+        return StaticCache(config=base.config, max_cache_len=length)
+    return DynamicCache(config=base.config)
+
+
+def _compiled_forward(base):
+    """The model's forward compiled as `generate` compiles it (inductor, CUDA graphs), cached on the model. A
+    bitsandbytes 4-bit model is marked compileable: bitsandbytes >= 0.45 registers its kernels as torch ops, while
+    transformers still calls its quantizer not compileable."""
+    from transformers import CompileConfig
+
+    quantizer = getattr(base, "hf_quantizer", None)
+    if quantizer is not None and not quantizer.is_compileable:
+        # Only this model's quantizer: a subclass for the one instance, so other models in the process keep the
+        # library's answer (isinstance checks still hold).
+        cls = type(quantizer)
+        quantizer.__class__ = type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    return base.get_compiled_call(CompileConfig())
+
+
+@contextlib.contextmanager
+def _decode_mode(base):
+    optimize = getattr(base, "_optimize_model_for_decode", None)
+    with optimize() if optimize is not None else contextlib.nullcontext():
+        yield
