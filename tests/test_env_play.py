@@ -46,20 +46,14 @@ def test_the_same_seed_gives_the_same_episode_and_a_noop_policy_waits(tmp_path):
 
 def test_env_play_runs_on_a_served_environment(tmp_path):
     from vlrl.envs.server import make_server
-    from vlrl.serve import serve_in_thread
 
-    server = make_server("crafter", {"size": 64, "area": 16}, port=0, quiet=True)
-    serve_in_thread(server)
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with make_server("crafter", {"size": 64, "area": 16}, port=0) as server:
+        url = server.url
         assert play(url, seed=1, steps=3, output=tmp_path / "remote") == play(
             "crafter", seed=1, steps=3, output=tmp_path / "local", options={"size": 64, "area": 16})
         assert ((tmp_path / "remote" / "frame_003.png").read_bytes()
                 == (tmp_path / "local" / "frame_003.png").read_bytes())
         assert server.service.health()["sessions"] == 0  # play closed its session
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 @pytest.mark.parametrize("argv,words", [

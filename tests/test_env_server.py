@@ -1,15 +1,17 @@
 """`vlrl serve-env` and its client: the protocol's endpoints, every bad request answered 4xx while the server goes
-on, an environment that raises (500, and on), the session cap, and RemoteEnv giving exactly the local episode."""
+on, an environment that raises (500, and on), the hardening (API key, option bounds, body size, session and step
+caps, expiry), and RemoteEnv giving exactly the local episode."""
 
 import json
 import socket
-import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from vlrl.envs import ENVIRONMENTS, Env, Observation, Step, make, parse_actions
+from vlrl.envs.base import check_options
 from vlrl.envs.remote import RemoteEnv
 from vlrl.envs.server import make_server
 from vlrl.errors import EnvError
@@ -22,6 +24,8 @@ class CountEnv(Env):
     actions = ("up", "stay", "boom")
 
     def __init__(self, goal: int = 3, max_actions: int = 1):
+        check_options("count", {"goal": (int, 1, 1000), "max_actions": (int, 1, 8)},
+                      {"goal": goal, "max_actions": max_actions})
         self.goal, self.max_actions = goal, max_actions
 
     def reset(self, seed):
@@ -53,16 +57,13 @@ def served(monkeypatch):
     servers = []
 
     def start(name="count", options=None, **kwargs):
-        server = make_server(name, options, port=0, quiet=True, **kwargs)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        server = make_server(name, options, port=0, **kwargs).start()
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
+        return server.url
 
     yield start
     for server in servers:
-        server.shutdown()
-        server.server_close()
-        server.service.shutdown()
+        server.stop()
 
 
 def call(url, method="GET", body=None, raw=None, headers=None):
@@ -78,11 +79,12 @@ def call(url, method="GET", body=None, raw=None, headers=None):
 
 def test_the_endpoints_play_an_episode(served):
     url = served(options={"goal": 2})
-    assert call(url + "/health") == (200, {"ok": True, "env": "count", "sessions": 0, "max_sessions": 64})
+    assert call(url + "/health") == (200, {"status": "healthy", "ok": True, "env": "count", "sessions": 0,
+                                           "max_sessions": 64})
     status, task = call(url + "/task_info")
     assert status == 200 and task["actions"] == ["up", "stay", "boom"] and task["max_actions_per_turn"] == 1
     status, reset = call(url + "/reset", "POST", {"seed": 4})
-    assert status == 200 and set(reset) == {"session", "observation", "task"}
+    assert status == 200 and set(reset) == {"session", "episode_id", "observation", "reward", "done", "task"}
     assert reset["observation"]["image"].startswith("data:image/png;base64,")
     assert reset["observation"]["text"] == "at 0"
     session = reset["session"]
@@ -116,6 +118,10 @@ def test_the_endpoints_play_an_episode(served):
     ("GET", "/nowhere", None, 404, "no endpoint /nowhere"),
     ("GET", "/reset", None, 405, "/reset takes POST, not GET"),
     ("POST", "/health", {}, 405, "/health takes GET, not POST"),
+    # options checked for type and bounds before anything is built
+    ("POST", "/reset", {"seed": 1, "options": {"goal": "three"}}, 400, "goal must be a whole number in 1..1000"),
+    ("POST", "/reset", {"seed": 1, "options": {str(k): 1 for k in range(40)}}, 400, "more than the 32 accepted"),
+    ("POST", "/reset", {"seed": -1}, 400, "seed >= 0"),
 ])
 def test_a_bad_request_gets_4xx_and_the_server_goes_on(served, method, path, body, status, words):
     url = served()
@@ -217,3 +223,65 @@ def test_bad_server_options_fail_before_listening(monkeypatch):
 
     with pytest.raises(ConfigError, match="has no option 'speed'"):
         make_server("count", {"speed": 2}, port=0)
+
+
+def test_a_huge_grid_is_refused_at_once(served):
+    """As a new user tried it: {"size": 100000} on the grid once went unanswered while the server grew past 5 GB."""
+    url = served("grid")
+    started = time.monotonic()
+    status, answer = call(url + "/reset", "POST", {"seed": 0, "options": {"size": 100000}})
+    assert status == 400 and answer["error"] == "grid: size must be a whole number in 2..64, got 100000"
+    assert time.monotonic() - started < 2
+    status, answer = call(url + "/task_info?options=" + urllib.request.quote(json.dumps({"size": 10**9})))
+    assert status == 400 and "size must be a whole number" in answer["error"]
+
+
+def test_the_api_key_is_required_when_set(served, monkeypatch):
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", "s3cret")
+    url = served(options={"goal": 2})
+    for path, method, body in (("/health", "GET", None), ("/reset", "POST", {"seed": 0}), ("/mcp", "POST", {})):
+        status, answer = call(url + path, method, body)
+        assert status == 401 and "ENVIRONMENT_API_KEY" in answer["error"] and "Bearer" in answer["error"]
+    assert call(url + "/health", headers={"Authorization": "Bearer wrong"})[0] == 401
+    assert call(url + "/health", headers={"Authorization": "Bearer s3cret"})[0] == 200
+    assert call(url + "/health", headers={"X-API-Key": "s3cret"})[0] == 200
+    env = RemoteEnv(url)  # the client sends ENVIRONMENT_API_KEY
+    env.reset(1)
+    assert env.step("up").done
+    monkeypatch.delenv("ENVIRONMENT_API_KEY")
+    with pytest.raises(EnvError, match=r"refused GET /task_info \(401\)"):
+        RemoteEnv(url)
+
+
+def test_a_body_without_length_is_cut_at_the_limit(served):
+    """A chunked body declares no length: it is counted as it arrives, and refused past 1 MB."""
+    url = served()
+    host, port = url.split("//")[1].split(":")
+    chunk = b"x" * 65536
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Type: application/json\r\n\r\n")
+        try:
+            for _ in range(20):  # 1.25 MB
+                sock.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            sock.sendall(b"0\r\n\r\n")
+        except OSError:  # the server answered and closed before the rest arrived
+            pass
+        head = sock.recv(65536).decode("latin-1")
+    assert head.startswith("HTTP/1.1 413") and "more than the 1048576 bytes accepted" in head
+    assert call(url + "/health")[0] == 200
+
+
+def test_steps_are_capped_and_idle_sessions_expire(served):
+    url = served(options={"goal": 100}, max_steps=3, idle_s=0.5)
+    session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    for _ in range(3):
+        assert call(url + "/step", "POST", {"session": session, "action": "up"})[0] == 200
+    status, answer = call(url + "/step", "POST", {"session": session, "action": "up"})
+    assert status == 409 and "taken 3 steps, the server's cap (--max-steps)" in answer["error"]
+    assert call(url + "/reset", "POST", {"seed": 0, "session": session})[1]["session"] == session  # a reset starts over
+    assert call(url + "/step", "POST", {"session": session, "action": "up"})[0] == 200
+    time.sleep(2.2)  # past the idle time and the periodic sweep (every second here): closed without being named
+    assert call(url + "/health")[1]["sessions"] == 0
+    status, answer = call(url + "/step", "POST", {"session": session, "action": "up"})
+    assert status == 404 and "expired after 0.5 s idle" in answer["error"]

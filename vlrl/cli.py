@@ -17,7 +17,7 @@ validated like the file.
     vlrl report --run-dir runs/tiny                         # -> runs/tiny/report.html
     vlrl export --run-dir runs/tiny --format gguf
     vlrl serve-rewards --run-dir runs/tiny
-    vlrl serve-env crafter --port 8766 --set size=128            # an environment over HTTP (vlrl.envs.server)
+    vlrl serve-env crafter --port 8766 --set size=128            # an OpenEnv-compatible server (vlrl.envs.server)
     vlrl env play crafter --seed 3 --steps 20 --output play/     # frames, episode.jsonl, filmstrip.png
 
 A failure a user can act on (`vlrl.errors.VlrlError`) prints one line, `vlrl <command>: <what, which value, the
@@ -295,7 +295,7 @@ def cmd_serve_env(args) -> int:
     from vlrl.envs.server import serve
 
     serve(args.name, parse_options(args.set), port=args.port, max_sessions=args.max_sessions,
-          log=lambda line: print(line, flush=True))
+          max_steps=args.max_steps, idle_s=args.idle_s, log=lambda line: print(line, flush=True))
     return 0
 
 
@@ -408,10 +408,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
     s.set_defaults(func=cmd_serve_rewards)
     env_set = {"action": "append", "metavar": "KEY=VALUE", "help": "an environment option, e.g. size=128 (repeatable)"}
-    se = sub.add_parser("serve-env", help="serve an environment over HTTP on 127.0.0.1 (sessions; vlrl.envs.server)")
-    se.add_argument("name", help="an environment name (crafter, grid, ...)")
+    se = sub.add_parser("serve-env", help="serve an environment on 127.0.0.1 as an OpenEnv-compatible server "
+                                          "(HTTP sessions and OpenEnv's WebSocket; ENVIRONMENT_API_KEY; vlrl.envs.server)")
+    se.add_argument("name", help="an environment name (crafter, grid, gymnasium:ID, ...)")
     se.add_argument("--port", type=int, default=8766, help="TCP port (0 picks a free one)")
     se.add_argument("--max-sessions", type=int, default=64, help="episodes open at once (default 64)")
+    se.add_argument("--max-steps", type=int, default=100_000, help="steps of one episode (default 100,000)")
+    se.add_argument("--idle-s", type=float, default=600.0, help="seconds before an idle session expires (default 600)")
     se.add_argument("--set", **env_set)
     se.set_defaults(func=cmd_serve_env)
     ep = sub.add_parser("env", help="environments without a model").add_subparsers(dest="env_command", required=True)

@@ -106,8 +106,9 @@ class ExportConfig:
 # --- [env]: episode runs (vlrl.episodes) ---------------------------------------------------------------------------
 @dataclass
 class EnvConfig:
-    name: str = ""  # "": a single-turn run on [data]; else an environment (grid, crafter) or a `vlrl serve-env` URL
+    name: str = ""  # "": a single-turn run on [data]; else grid, crafter, gymnasium:ID, openenv:URL, or a serve-env URL
     options: dict = field(default_factory=dict)  # the environment's own keyword arguments, e.g. {size = 4}
+    actions: list[str] = field(default_factory=list)  # names of a Gymnasium environment's discrete actions, in order
     max_turns: int = 8  # turns per episode; the environment may end one sooner
     max_images_per_message: int = 1  # images one observation message keeps (0: text only); the rest dropped, counted
     max_images_in_context: int = 4  # the newest images a context keeps; older ones dropped, counted

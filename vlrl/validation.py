@@ -190,16 +190,23 @@ def _correction_problems(config: RunConfig) -> list[str]:
 def _env_problems(config: RunConfig) -> list[str]:
     """[env]: an episode run's environment, caps and seeds (nothing is imported or contacted: a URL validates
     offline)."""
-    from vlrl.envs import ENVIRONMENTS
+    from vlrl.envs import ENVIRONMENTS, PREFIXES
 
     v = config.env
     if not v.name:
         return []
     problems = []
     add = problems.append
-    if v.name not in ENVIRONMENTS and not v.name.startswith(("http://", "https://")):
-        add(f"[env] name = {v.name!r} is no environment; choose one of {', '.join(ENVIRONMENTS)}, the URL of a `vlrl "
-            f"serve-env` server (http://127.0.0.1:PORT), or \"\" for a single-turn run.{did_you_mean(v.name, ENVIRONMENTS)}")
+    prefixed = any(v.name.startswith(p) and len(v.name) > len(p) for p in PREFIXES)
+    if v.name not in ENVIRONMENTS and not prefixed and not v.name.startswith(("http://", "https://")):
+        add(f"[env] name = {v.name!r} is no environment; choose one of {', '.join(ENVIRONMENTS)}, gymnasium:ID (a "
+            "Gymnasium environment), openenv:URL (an OpenEnv server), the URL of a `vlrl serve-env` server "
+            f"(http://127.0.0.1:PORT), or \"\" for a single-turn run.{did_you_mean(v.name, ENVIRONMENTS)}")
+    if v.name.startswith("openenv:") and not v.name[len("openenv:"):].startswith(("http://", "https://")):
+        add(f"[env] name = {v.name!r}: openenv: takes the server's address, e.g. \"openenv:http://127.0.0.1:8000\".")
+    if v.actions and not v.name.startswith("gymnasium:"):
+        add(f"[env] actions = {v.actions!r} names a Gymnasium environment's actions; {v.name!r} names its own. "
+            "Remove it, or use name = \"gymnasium:ID\".")
     for key in ("max_turns", "train_seeds", "eval_seeds", "updates_per_rollout"):
         if getattr(v, key) < 1:
             add(f"[env] {key} = {getattr(v, key)} must be at least 1.")

@@ -4,6 +4,8 @@
     env = make("grid")                       # a procedurally generated grid: reach the goal (learnable on CPU)
     env = make("crafter", size=128)          # the Crafter game
     env = make("http://127.0.0.1:8765")      # an environment served by `vlrl serve-env` in another process
+    env = make("gymnasium:FrozenLake-v1")    # a Gymnasium environment, pictured, with named actions
+    env = make("openenv:http://127.0.0.1:8000", action_field="message")   # any OpenEnv server
 """
 
 from __future__ import annotations
@@ -17,18 +19,32 @@ from vlrl.errors import ConfigError
 
 # name -> "module:class", imported on use (crafter's package is an optional extra).
 ENVIRONMENTS = {"grid": "vlrl.envs.grid:GridEnv", "crafter": "vlrl.envs.crafter:CrafterEnv"}
+# name prefixes of environments from elsewhere: prefix -> "module:class", built with what follows the prefix.
+PREFIXES = {"gymnasium:": "vlrl.envs.gymnasium_env:GymnasiumEnv", "openenv:": "vlrl.envs.openenv_client:OpenEnvEnv"}
 
 
 def make(name: str, **options) -> Env:
-    """The environment `name` (a key of ENVIRONMENTS, or the http:// URL of a `vlrl serve-env` server) built with
-    `options` (its own keyword arguments, e.g. `size`)."""
+    """The environment `name` built with `options` (its own keyword arguments, e.g. `size`).
+
+    Args:
+        name: a key of ENVIRONMENTS, the http:// URL of a `vlrl serve-env` server, "gymnasium:ID" (a Gymnasium
+            environment, options to gymnasium.make) or "openenv:URL" (an OpenEnv server).
+
+    Returns:
+        The environment, not yet reset.
+    """
     if name.startswith(("http://", "https://")):
         from vlrl.envs.remote import RemoteEnv
 
         return RemoteEnv(name, **options)
+    for prefix, target in PREFIXES.items():
+        if name.startswith(prefix) and len(name) > len(prefix):
+            module, cls = target.split(":")
+            return getattr(importlib.import_module(module), cls)(name[len(prefix):], **options)
     if name not in ENVIRONMENTS:
-        raise ConfigError(f"unknown environment {name!r}; choose one of {', '.join(ENVIRONMENTS)}, or the URL of a "
-                          "`vlrl serve-env` server (http://127.0.0.1:PORT).")
+        raise ConfigError(f"unknown environment {name!r}; choose one of {', '.join(ENVIRONMENTS)}, "
+                          "gymnasium:ID, openenv:URL, or the URL of a `vlrl serve-env` server "
+                          "(http://127.0.0.1:PORT).")
     module, cls = ENVIRONMENTS[name].split(":")
     cls = getattr(importlib.import_module(module), cls)
     accepted = inspect.signature(cls).parameters
@@ -38,6 +54,19 @@ def make(name: str, **options) -> Env:
             raise ConfigError(f"environment {name!r} has no option {', '.join(map(repr, unknown))}; its options are "
                               f"{', '.join(accepted) or 'none'}.")
     return cls(**options)
+
+
+def env_options(env_config) -> dict:
+    """The options a run's [env] builds its environment with: `options`, and `actions` when the run names them.
+
+    >>> from vlrl.sections import EnvConfig
+    >>> env_options(EnvConfig(name="gymnasium:CarRacing-v3", options={"continuous": False}, actions=["a", "b"]))
+    {'continuous': False, 'actions': ['a', 'b']}
+    """
+    options = dict(env_config.options)
+    if getattr(env_config, "actions", None):
+        options["actions"] = list(env_config.actions)
+    return options
 
 
 def parse_options(pairs) -> dict:

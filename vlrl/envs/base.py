@@ -109,6 +109,49 @@ def parse_actions(reply, actions, max_actions: int) -> tuple[list[str], str | No
     return chosen, None
 
 
+def check_options(env_name: str, specs: dict, values: dict) -> None:
+    """Checks an environment's options against their specs before anything is built, so a server answers a
+    bad one at once (400) instead of building it. A spec is (int, low, high), (float, low, high), (bool,) or
+    (str, choices) with choices None for any text up to 200 characters; a None value passes where the default
+    is None.
+
+    Raises:
+        ConfigError: every problem, one line each (`env: key must be ..., got value`).
+
+    >>> check_options("grid", {"size": (int, 2, 32), "text": (bool,)}, {"size": 100000, "text": "yes"})
+    Traceback (most recent call last):
+    ...
+    vlrl.errors.ConfigError: 2 problems:
+      - grid: size must be a whole number in 2..32, got 100000
+      - grid: text must be true or false, got 'yes'
+    """
+    from vlrl.errors import ConfigError
+
+    problems = []
+    for key, value in values.items():
+        spec = specs.get(key)
+        if spec is None or value is None:
+            continue
+        kind = spec[0]
+        if kind is bool:
+            if not isinstance(value, bool):
+                problems.append(f"{env_name}: {key} must be true or false, got {value!r}")
+        elif kind is str:
+            choices = spec[1]
+            if not isinstance(value, str) or len(value) > 200 or (choices is not None and value not in choices):
+                wanted = f"one of {', '.join(choices)}" if choices is not None else "text (up to 200 characters)"
+                problems.append(f"{env_name}: {key} must be {wanted}, got {value!r}")
+        else:
+            low, high = spec[1], spec[2]
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if not (whole if kind is int else numeric) or not low <= value <= high:
+                what = "a whole number" if kind is int else "a number"
+                problems.append(f"{env_name}: {key} must be {what} in {low}..{high}, got {value!r}")
+    if problems:
+        raise ConfigError(problems)
+
+
 def to_data_url(image) -> str:
     """A PIL image as a PNG data URL (the OpenAI multimodal schema's `image_url`)."""
     buffer = io.BytesIO()

@@ -16,6 +16,17 @@ The game is the `crafter` package (the optional extra: pip install 'vlrl[envs]')
 only, no display and no pygame. Worlds are generated from the seed alone, so the same seed and the same replies give
 the same frames; generation takes ~1.5 s of pure Python, so the fresh world of each (seed, settings) is kept and
 copied on the next reset of that seed (a GSPO group replays one seed many times).
+
+Replays are exact because vlrl orders the creatures: Crafter keeps each chunk's creatures in a plain set, iterated
+in memory-address order, and picks the one to despawn by its place in that order, so the same seed and actions
+could play out differently from run to run (and did on every copied world). vlrl swaps those sets for
+insertion-ordered ones (`OrderedObjects`), filled in the order the world created its creatures: the same rule
+(a creature drawn uniformly from the chunk's), the same random draws, one order every time.
+
+Crafter's own settings (its paper's benchmark): one action a step, episodes of `length = 10000` game steps, a 64x64
+world and 64 px frames, scored by `score()` over the 22 achievements. `SETTINGS` holds them as options
+(`make("crafter", **SETTINGS)`, or `[env] options` and `max_turns = 10000` in a run file); the defaults (4 actions a
+turn, 50 turns) are a short episode for a model's context.
 """
 
 from __future__ import annotations
@@ -24,7 +35,8 @@ import collections
 import copy
 import threading
 
-from vlrl.envs.base import Env, Observation, Step, parse_actions
+from vlrl.envs.achievements import ACHIEVEMENTS
+from vlrl.envs.base import Env, Observation, Step, check_options, parse_actions
 from vlrl.errors import ConfigError, MissingExtra
 
 # Crafter's actions, in its own order (crafter/data.yaml); checked against the installed package on first use.
@@ -33,6 +45,10 @@ ACTIONS = ("noop", "move_left", "move_right", "move_up", "move_down", "do", "sle
            "make_wood_sword", "make_stone_sword", "make_iron_sword")
 VITALS = ("health", "food", "drink", "energy")  # inventory entries that are the player's stats (0..9)
 DIRECTIONS = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
+# Crafter's benchmark settings as this wrapper's options: a whole 10,000-step episode, one action a step.
+SETTINGS = {"size": 64, "area": 64, "length": 10000, "max_actions": 1, "max_turns": 10000}
+OPTIONS = {"size": (int, 16, 1024), "text": (bool,), "max_actions": (int, 1, 64), "max_turns": (int, 1, 100000),
+           "length": (int, 1, 10**7), "target": (str, ACHIEVEMENTS), "area": (int, 16, 256)}
 FRESH_WORLDS = 16  # fresh worlds kept for the next reset of their seed (each ~100 kB)
 
 _fresh: collections.OrderedDict = collections.OrderedDict()  # (seed, settings) -> (a crafter.Env just reset, frame)
@@ -44,10 +60,34 @@ def _crafter():
         import crafter
     except ImportError:
         raise MissingExtra("the crafter environment needs the `crafter` package: pip install 'vlrl[envs]'") from None
-    if tuple(crafter.constants.actions) != ACTIONS:
-        raise MissingExtra(f"the installed crafter has other actions than crafter 1.8.3 ({crafter.constants.actions})"
-                           "; install the tested one: pip install 'vlrl[envs]'")
+    if tuple(crafter.constants.actions) != ACTIONS or tuple(crafter.constants.achievements) != ACHIEVEMENTS:
+        raise MissingExtra("the installed crafter has other actions or achievements than crafter 1.8.3 "
+                           f"({crafter.constants.actions}); install the tested one: pip install 'vlrl[envs]'")
     return crafter
+
+
+class OrderedObjects(dict):
+    """The creatures of one chunk as Crafter's set API (add, remove, iteration) in insertion order, so that the
+    creature its balancing draws by position is the same one in every replay; a dict keeps that order and
+    `copy.deepcopy` keeps it too."""
+
+    def add(self, obj) -> None:
+        self[obj] = None
+
+    def remove(self, obj) -> None:
+        del self[obj]
+
+
+def order_creatures(world) -> None:
+    """Replaces the chunk sets of a crafter world by `OrderedObjects`, each in the order the world added its
+    creatures (their index in the world's object list), and keeps new chunks ordered too."""
+    def index(obj):
+        return int(world._obj_map[tuple(obj.pos)])
+
+    ordered = collections.defaultdict(OrderedObjects)
+    for key, objs in world._chunks.items():
+        ordered[key] = OrderedObjects.fromkeys(sorted(objs, key=index))
+    world._chunks = ordered
 
 
 def _fresh_world(seed: int, area: int, size: int, length: int):
@@ -61,6 +101,7 @@ def _fresh_world(seed: int, area: int, size: int, length: int):
     if kept is None:
         game = _crafter().Env(area=(area, area), size=(size, size), length=length, seed=seed)
         kept = game, game.reset()  # the world of (seed, episode 1): crafter seeds episodes with hash((seed, episode))
+        order_creatures(game._world)
         with _fresh_lock:
             _fresh[key] = kept
             while len(_fresh) > FRESH_WORLDS:
@@ -87,20 +128,9 @@ class CrafterEnv(Env):
 
     def __init__(self, size: int = 256, text: bool = True, max_actions: int = 4, max_turns: int = 50,
                  length: int = 10000, target: str | None = None, area: int = 64):
-        problems = []
-        for key, value, low, high in (("size", size, 16, 1024), ("max_actions", max_actions, 1, 64),
-                                      ("max_turns", max_turns, 1, 100000), ("length", length, 1, 10**7),
-                                      ("area", area, 16, 256)):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                problems.append(f"crafter: {key} must be a whole number in {low}..{high}, got {value!r}")
-        if not isinstance(text, bool):
-            problems.append(f"crafter: text must be true or false, got {text!r}")
-        crafter = _crafter()
-        if target is not None and target not in crafter.constants.achievements:
-            problems.append(f"crafter: target {target!r} is not an achievement; choose one of "
-                            f"{', '.join(crafter.constants.achievements)}, or none (any achievement)")
-        if problems:
-            raise ConfigError(problems)
+        check_options("crafter", OPTIONS, {"size": size, "text": text, "max_actions": max_actions,
+                                           "max_turns": max_turns, "length": length, "target": target, "area": area})
+        _crafter()
         self.size, self.text, self.max_actions, self.max_turns = size, text, max_actions, max_turns
         self.length, self.target, self.area = length, target, area
         self._game = None

@@ -23,9 +23,13 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from vlrl.envs.base import Env, Observation, Step, parse_actions
+from vlrl.envs.base import Env, Observation, Step, check_options, parse_actions
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+# The options' types and bounds, checked before anything is built (a served grid of 100,000 cells a side would
+# take minutes and gigabytes to lay out; 64 is already more than a picture of `image_size` shows).
+OPTIONS = {"size": (int, 2, 64), "difficulty": (int, 1, 3), "max_turns": (int, 1, 100000), "max_actions": (int, 1, 64),
+           "image_size": (int, 8, 1024), "text": (bool,), "shaping": (bool,)}
 COLORS = {"floor": (245, 245, 240), "wall": (110, 110, 110), "agent": (40, 90, 220), "goal": (40, 170, 60),
           "line": (200, 200, 200)}
 
@@ -38,13 +42,9 @@ class GridEnv(Env):
 
     def __init__(self, size: int = 4, difficulty: int = 1, max_turns: int = 8, max_actions: int = 1,
                  image_size: int = 64, text: bool = True, shaping: bool = False):
-        if size < 2:
-            raise ValueError(f"grid size = {size} must be at least 2 (an agent and a goal).")
-        if difficulty not in (1, 2, 3):
-            raise ValueError(f"grid difficulty = {difficulty} must be 1, 2 or 3.")
-        if max_turns < 1 or max_actions < 1 or image_size < 8:
-            raise ValueError(f"max_turns ({max_turns}) and max_actions ({max_actions}) must be positive and "
-                             f"image_size ({image_size}) at least 8.")
+        check_options("grid", OPTIONS, {"size": size, "difficulty": difficulty, "max_turns": max_turns,
+                                        "max_actions": max_actions, "image_size": image_size, "text": text,
+                                        "shaping": shaping})
         self.size, self.difficulty, self.max_turns, self.max_actions = size, difficulty, max_turns, max_actions
         self.image_size, self.text, self.shaping = image_size, text, shaping
         self._seed = None

@@ -7,12 +7,14 @@ one. Standard library only (urllib).
     env.close()                                   # frees the session on the server
 
 Options (e.g. `size=128`) are sent with each reset and override the server's own (`--set`). A server that is down,
-slow past `timeout` or refusing a request raises `EnvError` naming its address and what it said.
+slow past `timeout` or refusing a request raises `EnvError` naming its address and what it said. Where the server
+needs an API key, the client sends ENVIRONMENT_API_KEY (or `api_key`) as `Authorization: Bearer KEY`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,11 +29,13 @@ class RemoteEnv(Env):
     Args:
         url: the server's address, http://HOST:PORT.
         timeout: seconds to wait for each answer (a reset of a new Crafter world takes ~1.5 s).
+        api_key: the server's API key (default: the ENVIRONMENT_API_KEY variable, when set).
         options: the environment's own settings for this client's episodes (over the server's).
     """
 
-    def __init__(self, url: str, timeout: float = 60.0, **options):
+    def __init__(self, url: str, timeout: float = 60.0, api_key: str | None = None, **options):
         self.url, self.timeout, self.options, self.session = url.rstrip("/"), timeout, options, None
+        self.headers = auth_headers(api_key)
         query = "?" + urllib.parse.urlencode({"options": json.dumps(options)}) if options else ""
         self._learn(self._call("GET", "/task_info" + query))
 
@@ -89,7 +93,7 @@ class RemoteEnv(Env):
         """One request; its JSON answer, or EnvError saying what went wrong and where."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **self.headers})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())
@@ -109,3 +113,13 @@ class RemoteEnv(Env):
         except ValueError as err:
             raise EnvError(f"{self.url}{path} answered with something that is not JSON ({err}); is it a "
                            "`vlrl serve-env` server?") from None
+
+
+def auth_headers(api_key: str | None = None) -> dict:
+    """The header that carries an environment server's API key (`api_key`, else ENVIRONMENT_API_KEY), or none.
+
+    >>> auth_headers("s3cret")
+    {'Authorization': 'Bearer s3cret'}
+    """
+    key = api_key if api_key is not None else os.environ.get("ENVIRONMENT_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}

@@ -1,263 +1,194 @@
-"""`vlrl serve-env NAME`: any registered environment over HTTP on localhost, so a trainer in another process (or
-another language) runs its episodes. `vlrl.envs.remote.RemoteEnv` is the client.
+"""`vlrl serve-env NAME`: any vlrl environment over HTTP and WebSocket, as an OpenEnv-compatible server (FastAPI on
+uvicorn), so a trainer in another process, another language or OpenEnv's own client runs its episodes.
+`vlrl.envs.remote.RemoteEnv` (HTTP sessions) and `vlrl.envs.openenv_client.OpenEnvEnv` (OpenEnv's WebSocket) are
+vlrl's clients; `openenv validate --url` passes it.
 
-Each episode runs in a session: POST /reset opens one (or resets the one it names) and returns its id, POST /step
-takes it. Sessions run side by side (a GSPO group plays its episodes at once), up to `max_sessions`; one idle
-for `idle_s` seconds is closed when room is needed.
+vlrl's protocol, one session per episode (a GSPO group plays its episodes side by side):
 
-    GET  /health                 -> {"ok": true, "env": NAME, "sessions": 2, "max_sessions": 64}
+    GET  /health                 -> {"status": "healthy", "ok": true, "env": NAME, "sessions": 2, "max_sessions": 64}
     GET  /task_info[?options=J]  -> the environment's task_info() (actions, per-turn cap, observation format)
     POST /reset {"seed": 3, "session": ID?, "options": {...}?}
-                                 -> {"session": ID, "observation": OBS, "task": task_info}
-    POST /step  {"session": ID, "action": "<SOLUTION>move_left, do</SOLUTION>"}
+                                 -> {"session": ID, "episode_id": ID, "observation": OBS, "reward": null,
+                                     "done": false, "task": task_info}
+    POST /step  {"session": ID, "action": "<SOLUTION>move_left, do</SOLUTION>"}   (or "action": {"reply": ...})
                                  -> {"observation": OBS, "reward": 1.0, "done": false, "info": {...}}
     GET  /metrics?session=ID     -> the episode's metrics() ({"success", "return", "length", ...})
     POST /close {"session": ID}  -> {"closed": true}
     OBS = {"image": "data:image/png;base64,..." or null, "text": "the state summary"}
 
-`options` are the environment's own keyword arguments over the server's (`--set`); a reset that names an unknown
-or expired session opens a new one. Every refusal is {"error": "what, and the fix"} with its status: 400 (bad JSON,
-a missing or ill-typed field, bad options), 404 (unknown path or session), 405 (wrong method), 409 (a step after
-the episode ended), 413 (a body over 1 MB), 429 (all sessions busy), 500 (the environment raised: the reason). The
-server goes on after each.
+OpenEnv's (openenv 0.10's runtime contract): GET /metadata (name, description, actions), GET /schema (the action
+{"reply": text}, observation and state JSON schemas), GET /state[?session=ID], POST /mcp (JSON-RPC 2.0; no tools),
+GET /openapi.json, and WebSocket /ws: each connection is a session, messages {"type": "reset", "data": {"seed": 3,
+...options}}, {"type": "step", "data": {"reply": "..."}}, {"type": "state"}, {"type": "close"}; answers
+{"type": "observation", "data": {"observation": OBS, "reward", "done", "metadata": info}}, {"type": "state", ...}
+or {"type": "error", "data": {"message", "code"}}.
+
+Hardening: with ENVIRONMENT_API_KEY set, every request (WebSocket too) needs it as `Authorization: Bearer KEY` or
+`X-API-Key: KEY`, else 401; bodies and WebSocket messages over 1 MB are refused (413); options are checked for
+type and bounds before anything is built (400); sessions are capped (429), so are steps per episode (409), and idle
+sessions expire (404 afterwards). Every refusal is {"error": "what, and the fix"}: 400 (bad JSON, a missing or
+ill-typed field, bad options), 401, 404 (unknown path or session), 405 (wrong method), 409 (a step after the end,
+or past the cap), 413, 429, 500 (the environment raised: the reason). The server goes on after each.
 """
 
 from __future__ import annotations
 
-import functools
-import http.server
+import asyncio
+import hmac
 import json
-import secrets
-import sys
+import os
+import socket
 import threading
-import time
-import urllib.parse
 
-from vlrl.envs import make
-from vlrl.envs.base import Observation, to_data_url
-from vlrl.errors import EnvError, VlrlError
-from vlrl.serve import serve_until_interrupted
+try:  # at module level: FastAPI reads the routes' annotations (strings here) from this module's names
+    from fastapi import Request, WebSocket
+except ImportError:  # the envs extra is missing; create_app says so
+    Request = WebSocket = None
+
+from vlrl.envs.sessions import IDLE_S, MAX_SESSIONS, MAX_STEPS, EnvService, Refused, plain
+from vlrl.errors import EnvError, MissingExtra
 
 MAX_BODY = 1 << 20  # a reply of a few thousand tokens is ~20 kB; anything near 1 MB is a mistake
-MAX_SESSIONS = 64
-IDLE_S = 600.0
+API_KEY_VARIABLE = "ENVIRONMENT_API_KEY"
+ENDPOINTS = ("/health", "/task_info", "/metadata", "/schema", "/state", "/reset", "/step", "/metrics", "/close",
+             "/mcp", "/ws")
 
 
-class Refused(Exception):
-    """A request the server answers with `status` and {"error": message}."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-class Session:
-    """One episode's environment, its lock (one request at a time), when it was last used and whether it ended."""
-
-    def __init__(self, env):
-        self.env, self.lock, self.used, self.done, self.started = env, threading.Lock(), time.monotonic(), False, False
-
-
-class EnvService:
-    """The sessions of one environment name, and the server's default options."""
-
-    def __init__(self, name: str, options: dict, max_sessions: int = MAX_SESSIONS, idle_s: float = IDLE_S):
-        self.name, self.options, self.max_sessions, self.idle_s = name, dict(options), max_sessions, idle_s
-        probe = make(name, **self.options)  # bad options fail here, before the server listens
-        self.task_info = probe.task_info()
-        probe.close()
-        self.sessions: dict[str, Session] = {}
-        self.lock = threading.Lock()
-
-    def build(self, options) -> object:
-        if options is None:
-            options = {}
-        if not isinstance(options, dict):
-            raise Refused(400, f"options must be a JSON object of the environment's settings, got {options!r}")
-        try:
-            return make(self.name, **{**self.options, **options})
-        except VlrlError as err:
-            raise Refused(400, str(err)) from None
-
-    def open(self, env) -> str:
-        with self.lock:
-            if len(self.sessions) >= self.max_sessions:
-                self._expire()
-            if len(self.sessions) >= self.max_sessions:
-                raise Refused(429, f"all {self.max_sessions} sessions are in use; close finished ones (POST /close)"
-                                   " or start the server with a larger --max-sessions")
-            session_id = secrets.token_hex(8)
-            self.sessions[session_id] = Session(env)
-            return session_id
-
-    def _expire(self) -> None:
-        now = time.monotonic()
-        for session_id, session in list(self.sessions.items()):
-            if now - session.used > self.idle_s and not session.lock.locked():
-                self.sessions.pop(session_id).env.close()
-
-    def get(self, session_id) -> Session:
-        if not isinstance(session_id, str) or not session_id:
-            raise Refused(400, "name the episode's session (the id POST /reset returned): {\"session\": ID, ...}")
-        with self.lock:
-            session = self.sessions.get(session_id)
-        if session is None:
-            raise Refused(404, f"no session {session_id!r} (closed, expired after {self.idle_s:.0f} s idle, or "
-                               "never opened); POST /reset to start an episode")
-        session.used = time.monotonic()
-        return session
-
-    def close(self, session_id) -> None:
-        with self.lock:
-            session = self.sessions.pop(session_id, None)
-        if session is not None:
-            session.env.close()
-
-    # --- the endpoints ----------------------------------------------------------------------------------------
-
-    def reset(self, body: dict) -> dict:
-        seed = body.get("seed")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise Refused(400, f"POST /reset needs a whole-number seed: {{\"seed\": 3}}, got {seed!r}")
-        session_id = body.get("session")
-        with self.lock:
-            known = isinstance(session_id, str) and session_id in self.sessions
-        fresh = not known or body.get("options") is not None  # a new episode, or new options: a new environment
-        if fresh:
-            if known:
-                self.close(session_id)
-            session_id = self.open(self.build(body.get("options")))
-        session = self.get(session_id)
-        try:
-            with session.lock:
-                observation = _run(session.env.reset, seed)
-                session.done, session.started = False, True
-                task = session.env.task_info()
-        except Refused:
-            if fresh:
-                self.close(session_id)
-            raise
-        return {"session": session_id, "observation": observation_json(observation), "task": task}
-
-    def step(self, body: dict) -> dict:
-        session = self.get(body.get("session"))
-        reply = body.get("action")
-        if not isinstance(reply, str):
-            raise Refused(400, f"POST /step needs the model's reply as text: {{\"action\": \"...\"}}, got {reply!r}")
-        with session.lock:
-            if not session.started:
-                raise Refused(409, "this session has no episode yet; POST /reset first")
-            if session.done:
-                raise Refused(409, "this episode is over; POST /reset with a seed to start another")
-            step = _run(session.env.step, reply)
-            session.done = bool(step.done)
-        return {"observation": observation_json(step.observation), "reward": float(step.reward),
-                "done": bool(step.done), "info": step.info}
-
-    def metrics(self, query: dict) -> dict:
-        session = self.get((query.get("session") or [None])[0])
-        with session.lock:
-            return _run(session.env.metrics)
-
-    def describe_task(self, query: dict) -> dict:
-        if "options" not in query:
-            return self.task_info
-        try:
-            options = json.loads(query["options"][0])
-        except ValueError:
-            raise Refused(400, "options must be JSON, e.g. ?options={\"size\":128}") from None
-        env = self.build(options)
-        try:
-            return env.task_info()
-        finally:
-            env.close()
-
-    def health(self) -> dict:
-        with self.lock:
-            count = len(self.sessions)
-        return {"ok": True, "env": self.name, "sessions": count, "max_sessions": self.max_sessions}
-
-    def shutdown(self) -> None:
-        for session_id in list(self.sessions):
-            self.close(session_id)
-
-
-def _run(call, *args):
-    """The environment's call; its failure becomes a 500 naming the reason."""
+def _fastapi():
     try:
-        return call(*args)
-    except VlrlError as err:  # the environment's own explanation (a bad seed ...): the request's fault
-        raise Refused(400, str(err)) from None
-    except Exception as err:  # noqa: BLE001 -- any failure of the game is the answer's reason, never the server's end
-        raise Refused(500, f"the environment raised {type(err).__name__}: {err}") from None
+        import fastapi
+        import uvicorn
+    except ImportError:
+        raise MissingExtra("`vlrl serve-env` needs FastAPI and uvicorn: pip install 'vlrl[envs]'") from None
+    return fastapi, uvicorn
 
 
-def observation_json(observation: Observation) -> dict:
-    """An observation as the protocol sends it: the image as a PNG data URL (null without one) and the text."""
-    image = None if observation.image is None else to_data_url(observation.image)
-    return {"image": image, "text": observation.text}
+def authorized(headers, key: str | None) -> bool:
+    """Whether request headers carry the API key (`Authorization: Bearer KEY` or `X-API-Key: KEY`); any request is
+    authorized when no key is set. Compared in constant time.
+
+    >>> authorized({"authorization": "Bearer s3cret"}, "s3cret"), authorized({"x-api-key": "nope"}, "s3cret")
+    (True, False)
+    """
+    if not key:
+        return True
+    given = headers.get("x-api-key") or ""
+    bearer = headers.get("authorization") or ""
+    if bearer.lower().startswith("bearer "):
+        given = given or bearer[7:].strip()
+    return bool(given) and hmac.compare_digest(given.encode(), key.encode())
 
 
-def _plain(value):
-    """JSON for what environments put in `info`: numpy numbers and arrays, sets, anything else as text."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, (set, frozenset, tuple)):
-        return sorted(value, key=str)
-    return str(value)
+class Guard:
+    """ASGI middleware in front of every route: the API key (401) and the body's size (413, counted as it arrives,
+    so a body without Content-Length cannot grow past the limit either)."""
 
+    def __init__(self, app, key: str | None, max_body: int):
+        self.app, self.key, self.max_body = app, key, max_body
 
-class EnvHandler(http.server.BaseHTTPRequestHandler):
-    """Routes the protocol's requests to the service; every answer is JSON."""
-
-    routes = frozenset({("GET", "/health"), ("GET", "/task_info"), ("GET", "/metrics"), ("POST", "/reset"),
-                        ("POST", "/step"), ("POST", "/close")})
-
-    def __init__(self, *args, service: EnvService, quiet: bool = False, **kwargs):
-        self.service, self.quiet = service, quiet
-        super().__init__(*args, **kwargs)
-
-    def do_GET(self):
-        self._answer("GET")
-
-    def do_POST(self):
-        self._answer("POST")
-
-    def _answer(self, method: str) -> None:
-        url = urllib.parse.urlsplit(self.path)
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if not authorized(headers, self.key):
+            message = (f"this server needs its API key ({API_KEY_VARIABLE}): send `Authorization: Bearer KEY` or "
+                       "`X-API-Key: KEY`")
+            if scope["type"] == "websocket":
+                if "websocket.http.response" not in scope.get("extensions", {}):  # a server that cannot say 401
+                    return await send({"type": "websocket.close", "code": 1008, "reason": "401: API key missing"})
+                return await _reply(send, 401, message, "websocket.")
+            return await _reply(send, 401, message)
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
         try:
-            if (method, url.path) not in self.routes:
-                if any(path == url.path for _, path in self.routes):
-                    raise Refused(405, f"{url.path} takes {'POST' if method == 'GET' else 'GET'}, not {method}")
-                raise Refused(404, f"no endpoint {url.path}; the server answers /health, /task_info, /reset, /step, "
-                                   "/metrics, /close")
-            query = urllib.parse.parse_qs(url.query)
-            service = self.service
-            if method == "GET":
-                result = {"/health": service.health, "/task_info": lambda: service.describe_task(query),
-                          "/metrics": lambda: service.metrics(query)}[url.path]()
-            else:
-                body = self._body()
-                if url.path == "/close":
-                    service.close(body.get("session"))
-                    result = {"closed": True}
-                else:
-                    result = (service.reset if url.path == "/reset" else service.step)(body)
-            self._send(200, result)
-        except Refused as err:
-            self._send(err.status, {"error": str(err)})
-        except Exception as err:  # noqa: BLE001 -- a bug of ours: the request fails, the server goes on
-            self._send(500, {"error": f"the server failed: {type(err).__name__}: {err}"})
-
-    def _body(self) -> dict:
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = int(headers.get("content-length") or 0)
         except ValueError:
-            raise Refused(400, "Content-Length is not a number") from None
-        if length > MAX_BODY:
-            self.close_connection = True  # the body stays unread
-            raise Refused(413, f"the body has {length} bytes, more than the {MAX_BODY} accepted")
-        raw = self.rfile.read(length) if length > 0 else b""
+            return await _reply(send, 400, "Content-Length is not a number")
+        if declared > self.max_body:
+            return await _reply(send, 413, f"the body has {declared} bytes, more than the {self.max_body} accepted")
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.max_body:
+                raise Refused(413, f"the body has more than the {self.max_body} bytes accepted")
+            return message
+
+        return await self.app(scope, counted, send)
+
+
+async def _reply(send, status: int, message: str, prefix: str = "") -> None:
+    """{"error": message} with `status`, as an HTTP answer (or, prefix "websocket.", as the refusal of a WebSocket
+    handshake: ASGI's denial response)."""
+    data = json.dumps({"error": message}).encode()
+    await send({"type": f"{prefix}http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": f"{prefix}http.response.body", "body": data})
+
+
+def create_app(service: EnvService, *, api_key: str | None = None, max_body: int = MAX_BODY,
+               sweep_s: float | None = None):
+    """The FastAPI application of `service` behind its guard (see the module docstring).
+
+    Args:
+        service: the sessions (`vlrl.envs.sessions.EnvService`).
+        api_key: the key requests must carry; None: ENVIRONMENT_API_KEY, when set.
+        max_body: the largest body or WebSocket message, in bytes.
+        sweep_s: seconds between sweeps of idle sessions (default: a tenth of the idle time, 1..60 s).
+
+    Returns:
+        An ASGI application (`app.state.service` is the service).
+    """
+    fastapi, _ = _fastapi()
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    import vlrl
+    from vlrl.envs.openenv_protocol import mcp_answer, metadata_of, schema_of, websocket_session
+
+    key = api_key if api_key is not None else os.environ.get(API_KEY_VARIABLE) or None
+    sweep_s = sweep_s or min(60.0, max(1.0, service.idle_s / 10))
+
+    async def sweeper():
+        while True:
+            await asyncio.sleep(sweep_s)
+            await run_in_threadpool(service.expire)
+
+    async def lifespan(app):
+        task = asyncio.create_task(sweeper())
+        yield
+        task.cancel()
+        service.shutdown()
+
+    app = fastapi.FastAPI(title=f"vlrl environment: {service.name}", version=vlrl.__version__, lifespan=lifespan)
+    app.state.service = service
+
+    def answer(payload: dict, status: int = 200):
+        return JSONResponse(json.loads(json.dumps(payload, default=plain)), status_code=status)
+
+    @app.exception_handler(Refused)
+    async def refused(request, err: Refused):
+        return answer({"error": str(err)}, err.status)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, err: HTTPException):
+        path = request.url.path
+        if err.status_code == 405:
+            allowed = (err.headers or {}).get("allow") or (err.headers or {}).get("Allow") or "another method"
+            return answer({"error": f"{path} takes {allowed}, not {request.method}"}, 405)
+        if err.status_code == 404:
+            return answer({"error": f"no endpoint {path}; the server answers {', '.join(ENDPOINTS)}"}, 404)
+        return answer({"error": str(err.detail)}, err.status_code)
+
+    @app.exception_handler(Exception)
+    async def failed(request, err: Exception):  # a bug of ours: the request fails, the server goes on
+        return answer({"error": f"the server failed: {type(err).__name__}: {err}"}, 500)
+
+    async def body_of(request) -> dict:
+        raw = await request.body()
         if not raw.strip():
             raise Refused(400, "the body is empty; send a JSON object, e.g. {\"seed\": 3}")
         try:
@@ -268,47 +199,142 @@ class EnvHandler(http.server.BaseHTTPRequestHandler):
             raise Refused(400, f"the body must be a JSON object, got {type(body).__name__}")
         return body
 
-    def _send(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload, default=_plain).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+    @app.get("/health")
+    def health():
+        return service.health()
 
-    def log_message(self, format, *args):
-        if not self.quiet:
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+    @app.get("/task_info")
+    async def task_info(options: str | None = None):
+        if options is not None:
+            try:
+                options = json.loads(options)
+            except ValueError:
+                raise Refused(400, "options must be JSON, e.g. ?options={\"size\":128}") from None
+        return answer(await run_in_threadpool(service.describe_task, options))
+
+    @app.get("/metadata")
+    def metadata():
+        return metadata_of(service)
+
+    @app.get("/schema")
+    def schema():
+        return schema_of()
+
+    @app.get("/state")
+    async def state(session: str | None = None):
+        return answer(await run_in_threadpool(service.state, session))
+
+    @app.get("/metrics")
+    async def metrics(session: str | None = None):
+        return answer(await run_in_threadpool(service.metrics, session))
+
+    @app.post("/reset")
+    async def reset(request: Request):
+        return answer(await run_in_threadpool(service.reset, await body_of(request)))
+
+    @app.post("/step")
+    async def step(request: Request):
+        return answer(await run_in_threadpool(service.step, await body_of(request)))
+
+    @app.post("/close")
+    async def close(request: Request):
+        await run_in_threadpool(service.close, (await body_of(request)).get("session"))
+        return {"closed": True}
+
+    @app.post("/mcp")
+    async def mcp(request: Request):
+        return mcp_answer(await request.body())
+
+    @app.websocket("/ws")
+    async def ws(websocket: WebSocket):
+        await websocket_session(websocket, service, max_body)
+
+    return Guard(app, key, max_body)
+
+
+class EnvServer:
+    """A running (or ready) server: `url`, `service`, `start()` in a thread, `stop()`; also a context manager.
+
+    Args:
+        app: the ASGI application (`create_app`, or any other: an OpenEnv app in the tests).
+        sock: the listening socket it serves on.
+        service: the sessions, shut down on `stop()` (None: nothing to shut down).
+        quiet: no access log.
+    """
+
+    def __init__(self, app, sock: socket.socket, service: EnvService | None = None, quiet: bool = True):
+        _, uvicorn = _fastapi()
+        self.service, self.socket = service, sock
+        host, port = sock.getsockname()[:2]
+        self.url = f"http://{host}:{port}"
+        config = uvicorn.Config(app, log_level="warning", access_log=not quiet, lifespan="on",
+                                ws_max_size=MAX_BODY, timeout_keep_alive=30)
+        self.server = uvicorn.Server(config)
+        self.thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        """Serves in this thread until Ctrl-C (or `stop()` from another)."""
+        self.server.run(sockets=[self.socket])
+
+    def start(self) -> EnvServer:
+        """Serves in a daemon thread; returns once it accepts connections."""
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise EnvError(f"the environment server at {self.url} stopped while starting")
+            threading.Event().wait(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+        self.socket.close()
+        if self.service is not None:
+            self.service.shutdown()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def make_server(name: str, options: dict | None = None, *, port: int = 8766, host: str = "127.0.0.1",
-                max_sessions: int = MAX_SESSIONS, idle_s: float = IDLE_S,
-                quiet: bool = False) -> http.server.ThreadingHTTPServer:
+                max_sessions: int = MAX_SESSIONS, max_steps: int = MAX_STEPS, idle_s: float = IDLE_S,
+                api_key: str | None = None, max_body: int = MAX_BODY, quiet: bool = True) -> EnvServer:
     """A server of environment `name` built with `options`, bound to `host` (localhost by default); port 0 picks a
-    free port. Bad options raise ConfigError here, before it listens.
+    free port. Bad options raise ConfigError and a taken port EnvError here, before it serves.
 
     Returns:
-        The server, not yet serving: call `serve_forever()` (or `vlrl.serve.serve_in_thread`). Its `service` holds
-        the sessions; `server_close()` then `service.shutdown()` releases everything.
+        The `EnvServer`, bound, not yet serving: `start()` (a thread) or `run()` (this thread); `url` is its
+        address.
     """
-    service = EnvService(name, options or {}, max_sessions=max_sessions, idle_s=idle_s)
-    server = http.server.ThreadingHTTPServer((host, port), functools.partial(EnvHandler, service=service,
-                                                                                quiet=quiet))
-    server.daemon_threads = True
-    server.service = service
-    return server
+    service = EnvService(name, options or {}, max_sessions=max_sessions, max_steps=max_steps, idle_s=idle_s)
+    app = create_app(service, api_key=api_key, max_body=max_body)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise EnvError(f"cannot listen on {host}:{port} ({err.strerror}); pass another --port, or 0 for a free "
+                       "one.") from None
+    sock.listen(2048)  # the standard library's 5 reset connections of a 32-client burst
+    return EnvServer(app, sock, service, quiet=quiet)
 
 
 def serve(name: str, options: dict | None = None, *, port: int = 8766, max_sessions: int = MAX_SESSIONS,
-          log=print) -> None:
+          max_steps: int = MAX_STEPS, idle_s: float = IDLE_S, log=print) -> None:
     """`vlrl serve-env`: serves until Ctrl-C, then closes every session."""
+    server = make_server(name, options, port=port, max_sessions=max_sessions, max_steps=max_steps, idle_s=idle_s,
+                         quiet=False)
+    keyed = " (API key required)" if os.environ.get(API_KEY_VARIABLE) else ""
+    log(f"{name}: {server.url}{keyed}   OpenEnv: openenv:{server.url}   (Ctrl-C stops it)")
     try:
-        server = make_server(name, options, port=port, max_sessions=max_sessions)
-    except OSError as err:  # the port is taken
-        raise EnvError(f"cannot listen on 127.0.0.1:{port} ({err.strerror}); pass another --port, or 0 for a free "
-                       "one.") from None
-    log(f"{name}: http://127.0.0.1:{server.server_address[1]}   (Ctrl-C stops it)")
-    try:
-        serve_until_interrupted(server)
+        server.run()
     finally:
+        server.socket.close()
         server.service.shutdown()
+

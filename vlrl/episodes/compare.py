@@ -6,12 +6,16 @@ return differences, and the abnormal ends of each side. The statistics are `vlrl
     print(summary(comparison))
 
 `vlrl.compare.compare` hands episode records here (`is_episodes`), so `vlrl compare A B` takes either kind.
+Crafter episodes (records whose metrics list achievements) are also scored as the Crafter paper scores them:
+per-achievement success rates and the Crafter score with intervals, and their paired change
+(`vlrl.envs.achievements`), under `crafter`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from vlrl.envs.achievements import paired_report, record_achievements
 from vlrl.records import by_id, read_records
 from vlrl.stats import bootstrap_ci, mcnemar_exact, paired_permutation, wilson
 
@@ -80,6 +84,9 @@ def compare(before, after) -> dict:
     result["return_permutation_p"] = paired_permutation([float(a["return"]) - float(b["return"])
                                                          for b, a in zip(b_rows, a_rows)])
     result.update(failure_to_success=gained, success_to_failure=lost)
+    b_lists, a_lists = [record_achievements(r) for r in b_rows], [record_achievements(r) for r in a_rows]
+    if paired and all(x is not None for x in b_lists + a_lists):
+        result["crafter"] = paired_report(b_lists, a_lists)
     return result
 
 
@@ -119,4 +126,30 @@ def summary(comparison: dict, alpha: float = 0.05) -> str:
     if c["only_before"] or c["only_after"]:
         lines.append(f"unpaired: {len(c['only_before'])} episodes only before, {len(c['only_after'])} only after "
                      "(left out of the paired statistics)")
+    if c.get("crafter"):
+        lines += crafter_lines(c["crafter"])
     return "\n".join(lines)
+
+
+def crafter_lines(crafter: dict) -> list[str]:
+    """The Crafter paper's figures in a few lines: the score before and after with intervals, its paired change,
+    and every achievement whose rate moved.
+
+    >>> from vlrl.envs.achievements import paired_report
+    >>> for line in crafter_lines(paired_report([[]] * 4, [["collect_wood"]] * 3 + [[]])):
+    ...     print(line)
+    Crafter score 0.00% [0.00, 0.00] -> 0.22% [0.16, 0.23] (paired change +0.22 [+0.16, +0.23] points)
+    collect_wood 0.0% -> 75.0% (3 gained, 0 lost, McNemar p = 0.25)
+    """
+    b, a = crafter["before"], crafter["after"]
+    if b["score"] is None:
+        return []
+    lines = [f"Crafter score {b['score']:.2f}% [{b['score_ci95'][0]:.2f}, {b['score_ci95'][1]:.2f}] -> "
+             f"{a['score']:.2f}% [{a['score_ci95'][0]:.2f}, {a['score_ci95'][1]:.2f}]"
+             + (f" (paired change {crafter['score_delta']:+.2f} [{crafter['score_delta_ci95'][0]:+.2f}, "
+                f"{crafter['score_delta_ci95'][1]:+.2f}] points)" if crafter.get("score_delta") is not None else "")]
+    for name, moved in crafter.get("achievements", {}).items():
+        if moved["gained"] or moved["lost"]:
+            lines.append(f"{name} {b['rates'][name]:.1f}% -> {a['rates'][name]:.1f}% ({moved['gained']} gained, "
+                         f"{moved['lost']} lost, McNemar p = {moved['mcnemar_p']:.3g})")
+    return lines

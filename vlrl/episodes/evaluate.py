@@ -21,6 +21,7 @@ import json
 import time
 from pathlib import Path
 
+from vlrl.envs.achievements import crafter_report, record_achievements
 from vlrl.episodes.rollout import Episode, Settings, play, summary
 from vlrl.errors import EvalError
 from vlrl.records import drop_torn_tail, read_records
@@ -103,5 +104,19 @@ def evaluate(model, processor, make_env, seeds, output_path: str | Path, setting
             f"{output_path.name}; success {sum(r['success'] for r in records) / len(records):.1%}, mean return "
             f"{sum(r['return'] for r in records) / len(records):.2f}"
             + (f"; {s['invalid_actions']} invalid actions, {s['truncated']} truncated, {s['failed']} failed, "
-               f"{s['dropped_images']} images dropped" if s else ""))
+               f"{s['dropped_images']} images dropped" if s else "") + crafter_score_line(records))
     return records
+
+
+def crafter_score_line(records: list[dict]) -> str:
+    """"; Crafter score S% [low, high]" for records of Crafter episodes (their metrics list achievements), else "".
+
+    >>> print(crafter_score_line([{"metrics": {"achievements": ["collect_wood"]}}, {"metrics": {"achievements": []}}]))
+    ; Crafter score 0.20% [0.00, 0.23] (the paper's measure, 2 episodes)
+    """
+    unlocked = [record_achievements(r) for r in records]
+    if not unlocked or any(u is None for u in unlocked):
+        return ""
+    report = crafter_report(unlocked)
+    low, high = report["score_ci95"]
+    return f"; Crafter score {report['score']:.2f}% [{low:.2f}, {high:.2f}] (the paper's measure, {len(records)} episodes)"

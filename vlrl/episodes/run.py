@@ -22,7 +22,7 @@ from pathlib import Path
 from vlrl import report
 from vlrl import run as stages
 from vlrl.config import RunConfig
-from vlrl.envs import make
+from vlrl.envs import env_options, make
 from vlrl.episodes import evaluate, gspo
 from vlrl.episodes.rollout import settings_for
 from vlrl.rundir import RunDir
@@ -31,7 +31,7 @@ from vlrl.sections import ENV_SEEDS
 
 def environment(config: RunConfig):
     """A callable that builds a fresh environment of the run's [env] (name or URL, with its options)."""
-    return functools.partial(make, config.env.name, **config.env.options)
+    return functools.partial(make, config.env.name, **env_options(config.env))
 
 
 def seeds(config: RunConfig, part: str) -> list[int]:

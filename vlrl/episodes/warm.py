@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from vlrl.answers import FORMAT
-from vlrl.envs import make
+from vlrl.envs import env_options, make
 from vlrl.episodes.context import assistant_message, cap_context, observation_message, opening, to_processor
 from vlrl.errors import DataError
 from vlrl.sections import ENV_SEEDS
@@ -37,7 +37,7 @@ def items(env_config, settings, *, n: int, seed: int = 0) -> list[dict]:
     while len(out) < n:
         env_seed = ENV_SEEDS["warm_start"] + seed * 10_000 + episode
         episode += 1
-        env = make(env_config.name, **env_config.options)
+        env = make(env_config.name, **env_options(env_config))
         try:
             out += _episode_items(env, env_seed, settings, rng)
         except Exception as err:  # noqa: BLE001 - the warm start needs its environment: say which step failed and why

@@ -58,7 +58,39 @@ def episode_table(c: dict) -> str:
     if c["only_before"] or c["only_after"]:
         out.append(f'<p class=warn>Unpaired episodes, left out of the statistics: {len(c["only_before"])} only '
                    f'before{_ids(c["only_before"])}, {len(c["only_after"])} only after{_ids(c["only_after"])}.</p>')
+    if c.get("crafter"):
+        out.append(crafter_table(c["crafter"]))
     return "\n".join(out)
+
+
+def crafter_table(crafter: dict) -> str:
+    """Crafter as its paper reports it: the Crafter score and each of the 22 achievements' success rate, before and
+    after, with 95% intervals (bootstrap for the score, Wilson for the rates), the score's paired change and each
+    achievement's gained/lost episodes with the exact McNemar p."""
+    b, a = crafter["before"], crafter["after"]
+    if b["score"] is None:
+        return ""
+
+    def percent(value, ci):
+        return f"{value:.1f}% <span class=ci>[{ci[0]:.1f}, {ci[1]:.1f}]</span>"
+
+    delta = crafter.get("score_delta")
+    def score(value, ci, sign=""):
+        return f"{value:{sign}.2f}% <span class=ci>[{ci[0]:{sign}.2f}, {ci[1]:{sign}.2f}]</span>"
+
+    rows = [["<b>Crafter score</b>", score(b["score"], b["score_ci95"]), score(a["score"], a["score_ci95"]),
+             "" if delta is None else score(delta, crafter["score_delta_ci95"], "+"), "paired bootstrap"]]
+    for name, rate in b["rates"].items():
+        moved = crafter.get("achievements", {}).get(name)
+        rows.append([esc(name), percent(rate, b["rates_ci95"][name]),
+                     percent(a["rates"][name], a["rates_ci95"][name]),
+                     "" if moved is None else f"+{moved['gained']} / -{moved['lost']}",
+                     "" if moved is None or not (moved["gained"] or moved["lost"]) else
+                     f"McNemar exact {num(moved['mcnemar_p'])}"])
+    return ("<p>Crafter, scored as its paper scores it: each achievement's success rate (the share of episodes "
+            "that unlocked it) and the Crafter score, exp(mean(ln(1 + rate))) - 1 over the 22 achievements, in "
+            f"percent; {b['episodes']} episodes a side.</p>"
+            + table(["", "before", "after", "change (episodes gained / lost)", "paired test"], rows, "stats"))
 
 
 def episode_strip(record: dict | None, frame_dir: Path, label: str) -> str:
