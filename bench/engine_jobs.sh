@@ -8,6 +8,8 @@
 #          (generate, engine) at 256 tokens, and GSPO steps at 256 tokens: plain TRL, vlrl on NF4
 #   gspo: the tiny agreement again (host syncs), then GSPO steps at 256 tokens: plain TRL, vlrl on NF4 (16 at once),
 #         and vlrl on each packed format of FORMATS at 32 at once
+#   final: plain TRL at 1024 tokens (one step: eager, nothing to compile), then vlrl on the int8-packed base at 32
+#          at once, at 1024 and 256 tokens
 #   packed: the same for the packed formats FORMATS (default "int8"), at 256 and 1024 tokens
 set -uo pipefail
 source bench/device_setup.sh
@@ -16,7 +18,7 @@ mkdir -p $RESULTS
 
 copy_out() {
   mkdir -p $OUT
-  tar -czf $OUT/engine_results.tar.gz -C /tmp/results engine 2>/dev/null
+  tar -czf $OUT/engine_results.tar.gz -C /tmp/results --exclude="run-*" engine 2>/dev/null
   for log in $RESULTS/*.log; do
     [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED" | tail -40
   done
@@ -42,6 +44,15 @@ plan_gspo() {
   python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl --out $RESULTS > $RESULTS/gspo_256.log 2>&1
   [ -n "$paths" ] && python3 bench/gpu_engine.py --size 8b --completion 256 --paths $paths --generation-batch 32 \
     --out $RESULTS > $RESULTS/gspo_packed_256.log 2>&1
+}
+
+plan_final() {  # the 8B preset's path (int8, 32 at once) against plain TRL at 1024 tokens, then at 256
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
+    > $RESULTS/gspo_trl_1024.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 32 --out $RESULTS \
+    > $RESULTS/gspo_int8_1024.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths vlrl-int8 --generation-batch 32 --out $RESULTS \
+    > $RESULTS/gspo_int8_256.log 2>&1
 }
 
 plan_packed() {

@@ -59,11 +59,29 @@ def wrap_lora(config: RunConfig, base):
 
 
 def load_policy(config: RunConfig, log=print):
-    """The configured model, LoRA-wrapped (vision frozen unless asked), and its processor."""
+    """The configured model, LoRA-wrapped (vision frozen unless asked), its 4-bit base repacked for decoding
+    ([model] decode_format), and its processor."""
     base, processor = load_base(config, log)
-    policy = wrap_lora(config, base)
+    policy = pack_base(config, wrap_lora(config, base), log)
     log(f"LoRA: {model.trainable_summary(policy)}")
     return policy, processor
+
+
+def pack_base(config: RunConfig, policy, log=print):
+    """A LoRA policy's 4-bit base repacked once into [model] decode_format (`vlrl.engine.weights`): rollouts, evals
+    and the training forward then compute with the packed weights. Unchanged off CUDA, unquantized, on Unsloth, or
+    with decode_format = "nf4"."""
+    import torch
+
+    m = config.model
+    if not (m.load_in_4bit and torch.cuda.is_available()) or m.decode_format == "nf4" or \
+            model.backend_of(policy) == "unsloth":
+        return policy
+    from vlrl.engine.weights import pack_for_decoding
+
+    report = pack_for_decoding(policy, m.decode_format)
+    log(f"decoding weights: {report.get('format')} through {report.get('backend')} ({report.get('reason', '')})")
+    return policy
 
 
 # --- the data ------------------------------------------------------------------------------------------------------

@@ -24,6 +24,9 @@ class ModelConfig:
     lora_targets: str = "layers"
     finetune_vision_layers: bool = False  # the vision tower stays frozen: RL signal is too sparse to retrain it
     backend: str = "auto"  # auto | unsloth | transformers
+    # A 4-bit base on a CUDA GPU, repacked once at load (vlrl.engine.weights): "auto" (int8 per channel through
+    # gemlite where it runs: 3.1x bitsandbytes' decoding at 16 rows), "int8", "fp8", or "nf4" (kept as loaded)
+    decode_format: str = "auto"
     warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
     warm_start_items: int = 0  # tiny / tiny-small only: generated items the warm start draws from (0: 512 / 4096)
 
@@ -140,6 +143,7 @@ class RunConfig:
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfig, "eval": EvalConfig,
              "export": ExportConfig, "env": EnvConfig}
 BACKENDS = ("auto", "unsloth", "transformers")
+DECODE_FORMATS = ("auto", "nf4", "int8", "fp8")  # [model] decode_format (vlrl.engine.weights)
 # The models vlrl builds and warm-starts itself (vlrl.tiny, vlrl.warmstart), by name -> size; tiny-small: the GPU
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}

@@ -12,6 +12,7 @@ from vlrl.errors import ConfigError
 from vlrl.sections import (
     BACKENDS,
     CORRECTIONS,
+    DECODE_FORMATS,
     EXPORT_FORMATS,
     LOCAL_MODELS,
     LORA_TARGETS,
@@ -72,6 +73,13 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     if not m.name_or_path.strip():
         add('[model] name_or_path is empty; give a hub id (e.g. "unsloth/Qwen3-VL-8B-Instruct-unsloth-bnb-4bit"), '
             'a local checkpoint directory, or "tiny".')
+    if m.decode_format not in DECODE_FORMATS:
+        add(f"[model] decode_format = {m.decode_format!r} is unknown; choose one of {', '.join(DECODE_FORMATS)}."
+            f"{did_you_mean(m.decode_format, DECODE_FORMATS)}")
+    elif m.decode_format in ("int8", "fp8") and (not m.load_in_4bit or m.backend == "unsloth"):
+        add(f"[model] decode_format = {m.decode_format!r} repacks a 4-bit base on the transformers backend; this run "
+            f"loads {'a 4-bit base on Unsloth' if m.load_in_4bit else 'its weights unquantized'}. Set "
+            'decode_format = "auto".')
     if m.backend not in BACKENDS:
         add(f"[model] backend = {m.backend!r} is unknown; choose one of {', '.join(BACKENDS)}."
             f"{did_you_mean(m.backend, BACKENDS)}")
