@@ -70,19 +70,34 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
 def load_rows(data_config: DataConfig, *, return_report: bool = False):
     """Canonical rows for a run's `[data]` table: generated items (a list), or MathVista / geo3k / ViRL39K (a Dataset).
 
-    The loader is the one `loader_name` picks for `data_config.source`. With `return_report`, also the
-    `DataReport` of the load (its `trains_on_test_split` says when the source is a known test split).
+    The loader is `[data] loader`, or with "auto" the one `loader_name` picks for `data_config.source`; `[data]
+    columns` names the source's own columns (`column_options`). With `return_report`, also the `DataReport` of the
+    load (its `trains_on_test_split` says when the source is a known test split).
     """
     d = data_config
-    name = loader_name(d.source)
+    name = loader_name(d.source) if d.loader == "auto" else d.loader
     if name == "synthetic":
         rows, report = load_synthetic(d.num_items, seed=d.seed, image_size=d.image_size, difficulty=d.difficulty,
                                       tasks=d.tasks or synthetic.TASKS,  # empty: the default tasks
                                       return_report=True)
     else:
-        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True)
+        answers = {"numeric_only": False} if d.all_answers else {}  # else each loader's own default
+        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True,
+                                     **answers, **column_options(d.columns))
         report.trains_on_test_split = training_on_test_warning(d.source, d.split) or ""
     return (rows, report) if return_report else rows
+
+
+def column_options(columns: dict) -> dict:
+    """`[data] columns` ({question, answer, image, id, choices, answer_type} -> the source's column names) as
+    `load_generic`'s keyword arguments.
+
+    >>> column_options({"question": "prompt", "image": "picture", "id": "uid"})
+    {'prompt_key': 'prompt', 'image_keys': ('picture',), 'id_key': 'uid'}
+    """
+    keys = {"question": "prompt_key", "answer": "answer_key", "image": "image_keys", "id": "id_key",
+            "choices": "choices_key", "answer_type": "answer_type_key"}
+    return {keys[k]: (v,) if k == "image" else v for k, v in columns.items()}
 
 
 def load_eval_rows(eval_config: EvalConfig, image_size: int, *, return_report: bool = False):
