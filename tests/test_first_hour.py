@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_cli import FAILURES as EARLIER
 from test_cli import _one_line_error  # one line, no traceback: the check test_cli's failures go through
 
 from vlrl import config as cfg
@@ -66,9 +67,20 @@ def test_every_failure_of_the_first_hour_is_one_line_at_once(argv, command, word
     assert time.time() - started < seconds  # a mistyped path or an offline hub fails at once, not after retries
     printed = _one_line_error(capsys, command)
     assert all(word in printed for word in words), printed
-    mentioned = {word.rstrip(".,;:)") for word in printed.split() if word.startswith("--") and len(word) > 2}
+    _assert_flags_exist(printed, command)
+
+
+def _assert_flags_exist(printed: str, command: str) -> None:
+    """A message suggests only flags its command has (`vlrl validate` used to suggest --preset, which it refuses)."""
+    mentioned = {word.strip("(`").rstrip(".,;:)`") for word in printed.split() if word.lstrip("(`").startswith("--")}
     flags = _flags({"data": "data inspect", "env": "env play"}.get(command, command))
     assert mentioned <= flags, f"the message suggests flags {command} does not have: {printed}"
+
+
+@pytest.mark.parametrize("argv,command,words", EARLIER, ids=[" ".join(f[0][:2]) for f in EARLIER])
+def test_the_earlier_failures_suggest_only_flags_that_exist(argv, command, words, tmp_path, capsys):
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 1
+    _assert_flags_exist(_one_line_error(capsys, command), command)
 
 
 def test_compare_prints_the_summary_and_writes_the_json_to_output(tmp_path, capsys):
@@ -282,3 +294,15 @@ def test_vlrl_run_again_over_a_finished_run_trains_nothing_and_scores_it_again(t
     # the eval after training scored the last checkpoint again: the same greedy records, the same comparison
     assert json.loads((again / "comparison.json").read_text())["mcnemar_p"] == comparison["mcnemar_p"]
     assert f"report:  {again / 'report.html'}" in printed and "next:" in printed
+
+
+def test_json_files_of_ones_own_are_read_by_their_columns_whatever_the_name(tmp_path):
+    from vlrl import data
+
+    # a directory whose name mentions geo3k used to switch to geo3k's columns, and every row was skipped
+    mine = own_data(tmp_path / "my-geo3k-notes", pictures=2, questions=1)
+    assert data.loader_name(mine) == data.loader_name(mine / "train.jsonl") == "mathvista"
+    rows = data.load_rows(cfg.DataConfig(source=str(mine), split="train", image_size=64,
+                                         columns={"question": "prompt", "answer": "solution", "image": "picture",
+                                                  "id": "uid"}))
+    assert rows["id"] == ["mine-0-0", "mine-1-0"]

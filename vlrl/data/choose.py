@@ -32,10 +32,12 @@ LOADERS = {"mathvista": load_mathvista, "geo3k": load_geo3k, "virl39k": load_vir
 
 
 def loader_name(source) -> str:
-    """The loader a source calls for: "synthetic" (generated items: `load_synthetic`), "geo3k" when its name mentions
-    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), "virl39k" when it mentions ViRL39K or is a
-    directory holding 39Krelease.parquet, else "mathvista" (any other hub id or directory, in MathVista's hub or JSON
-    layout). `LOADERS` maps the last three to their loaders.
+    """The loader a source calls for: "synthetic" (generated items: `load_synthetic`), "virl39k" for a directory
+    holding 39Krelease.parquet, "mathvista" for a .json / .jsonl file or a directory of .jsonl files (MathVista's JSON
+    layout, and a data set of one's own: docs/data.md) whatever their name; else "geo3k" when the name mentions
+    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), "virl39k" when it mentions ViRL39K, else
+    "mathvista" (any other hub id or directory, in MathVista's hub layout). `LOADERS` maps the last three to their
+    loaders; `[data] loader` names one outright.
 
     >>> [loader_name(s) for s in ("synthetic", "hiyouga/geometry3k", "data/Geo3K-copy", "TIGER-Lab/ViRL39K",
     ...                           "AI4Math/MathVista")]
@@ -43,8 +45,14 @@ def loader_name(source) -> str:
     """
     if source == "synthetic":
         return "synthetic"
-    name = os.fspath(source).lower()
-    if "virl39k" in name or (Path(source) / VIRL39K_TABLE).is_file():
+    name, path = os.fspath(source).lower(), Path(source)
+    if (path / VIRL39K_TABLE).is_file():
+        return "virl39k"
+    # JSON files of one's own: read by their columns, whatever the directory is called (a name with "geo3k" in it
+    # used to switch to geo3k's columns, and every row was skipped)
+    if path.suffix in (".json", ".jsonl") and path.is_file() or path.is_dir() and any(path.glob("*.jsonl")):
+        return "mathvista"
+    if "virl39k" in name:
         return "virl39k"
     return "geo3k" if "geometry3k" in name or "geo3k" in name else "mathvista"
 
