@@ -37,15 +37,28 @@ def test_notebook_runs_an_episode_run_stage_by_stage(tmp_path):
     from vlrl.records import read_records
 
     run_dir = tmp_path / "episodes"
-    nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)),
-                               {"preset": "grid-tiny", "run_dir": str(run_dir), "overrides": OVERRIDES})
     root = str(NOTEBOOK.parent.parent)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        patch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
-        NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    for cell in (c for c in nb.cells if c.cell_type == "code"):
-        assert not [o for o in cell.outputs if o.output_type == "error"], f"cell {cell.id} raised"
+
+    def execute():
+        nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)),
+                                   {"preset": "grid-tiny", "run_dir": str(run_dir), "overrides": OVERRIDES})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+            patch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter"))
+            NotebookClient(nb, timeout=900, kernel_name="python3",
+                           resources={"metadata": {"path": str(tmp_path)}}).execute()
+        for cell in (c for c in nb.cells if c.cell_type == "code"):
+            assert not [o for o in cell.outputs if o.output_type == "error"], f"cell {cell.id} raised"
+        return nb
+
+    nb = execute()
+    baseline = str(next(c for c in nb.cells if c.get("id") == "baseline").outputs)
+    assert "eval eval_before.jsonl: 6/6 episodes" in baseline  # progress of a long stage, as it goes
+    # Run All a second time over the same run directory: it used to stop with an IndexError at the training cell
+    # (training done, no new rows); now every cell runs, finished training says so, and nothing trains again
+    again = execute()
+    training = str(next(c for c in again.cells if c.get("id") == "gspo").outputs)
+    assert "training is done (step 2 of 2)" in training and "step 2" in training
     before, after = read_records(run_dir / "eval_before.jsonl"), read_records(run_dir / "eval_after.jsonl")
     assert [r["seed"] for r in before] == [r["seed"] for r in after] == list(range(6))
     assert json.loads((run_dir / "comparison.json").read_text()) == compare(before, after)

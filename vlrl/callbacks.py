@@ -1,4 +1,5 @@
-"""Trainer callbacks: every logged metric appended to train_log.jsonl as it comes, and the degeneration monitor.
+"""Trainer callbacks: every logged metric appended to train_log.jsonl as it comes, the degeneration monitor, and one
+readable line per training step (`StepLine`) in place of TRL's dict of every metric.
 
 Both work with TRL's GRPOTrainer and Unsloth's patched one: the monitor sees completions through the reward functions
 (`DegenerationMonitor.watch`), not through either trainer's internals.
@@ -9,11 +10,13 @@ from __future__ import annotations
 import functools
 import json
 import math
+import time
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from vlrl import distributed, rewards
+from vlrl.progress import duration, eta
 
 
 class JsonlLogger(TrainerCallback):
@@ -123,3 +126,79 @@ class DegenerationMonitor(TrainerCallback):
             control.should_save = True  # keep the state that degenerated, for inspection
             self.log(f"stopping at step {state.global_step}: {summary['degeneration/rate']:.0%} of the completions "
                      f"degenerated (>= [training] stop_on_degeneration = {self.stop_at})")
+
+
+class StepLine(TrainerCallback):
+    """One line per training step: reward (and its spread), accuracy, format, KL, step time and ETA. TRL's own
+    progress callback prints each step's dict of every metric (1,265 characters); train_log.jsonl keeps those.
+
+    The accuracy is the share of completions the correctness reward scored above 0, counted through
+    `watch(correctness_reward)` (summed over the processes of a launch) and logged as `rewards/accuracy`.
+
+    >>> line = StepLine(log=print)
+    >>> watched = line.watch(rewards.correctness_reward)
+    >>> watched(["<SOLUTION>4</SOLUTION>", "<SOLUTION>5</SOLUTION>"], answer=["4", "4"])
+    [2.0, 0.0]
+    >>> line.describe({"reward": 1.2, "reward_std": 0.4, "rewards/accuracy": 0.5}, step=2, total=8, seconds=6.0)
+    'step 2/8: reward 1.20 (std 0.40), accuracy 50%, 3.0 s/step, ETA 18 s'
+    """
+
+    def __init__(self, log=print):
+        self.log = log
+        self.right = self.scored = 0
+        self.started, self.first_step = None, 0  # the wall clock from the first step this process trains
+
+    def watch(self, reward_func):
+        """`reward_func` (the correctness reward), unchanged, its scores counted for the step's accuracy."""
+        @functools.wraps(reward_func)
+        def watched(completions, **kwargs):
+            scores = reward_func(completions, **kwargs)
+            scored = [s for s in scores if s is not None]  # None: an item without a usable gold, not scored
+            self.right += sum(s > 0 for s in scored)
+            self.scored += len(scored)
+            return scores
+
+        return watched
+
+    def describe(self, logs: dict, step: int, total: int, seconds: float) -> str:
+        """The step's line from its logged metrics, `seconds` after the first step this process trained began (the
+        pace by the wall clock: TRL's step_time leaves out parts of a step)."""
+        parts = [f"reward {logs['reward']:.2f}" + (f" (std {logs['reward_std']:.2f})" if "reward_std" in logs else "")]
+        if "rewards/accuracy" in logs:
+            parts.append(f"accuracy {logs['rewards/accuracy']:.0%}")
+        if "rewards/format_reward/mean" in logs:
+            parts.append(f"format {logs['rewards/format_reward/mean']:.2f}")
+        if "kl" in logs:
+            parts.append(f"KL {logs['kl']:.2g}")
+        elif "sampling/rollout_train_kl" in logs:  # beta = 0 (the recipe): the rollout/training KL instead
+            parts.append(f"rollout/train KL {logs['sampling/rollout_train_kl']:.2g}")
+        done = step - self.first_step
+        if done > 0:
+            parts.append(f"{seconds / done:.1f} s/step")
+            parts.append(eta(done, done + total - step, seconds))
+        return f"step {step}/{total}: " + ", ".join(p for p in parts if p)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started, self.first_step = time.time(), state.global_step  # a resumed run starts past step 0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None:
+            return
+        self.right, self.scored = distributed.all_sum([self.right, self.scored])  # every process logs each step
+        if self.scored:
+            logs["rewards/accuracy"] = self.right / self.scored
+        self.right = self.scored = 0
+        if "reward" in logs and state.is_world_process_zero:
+            seconds = time.time() - (self.started or time.time())
+            self.log(self.describe(logs, state.global_step, state.max_steps, seconds))
+        elif "train_runtime" in logs and state.is_world_process_zero:  # the end-of-training summary
+            self.log(f"training: {state.global_step} steps in {duration(logs['train_runtime'])}")
+
+
+def quiet_progress(trainer) -> None:
+    """Drops the trainer's progress bar and its printing of every metric dict: `StepLine` says each step in one line
+    with its ETA (a bar redrawn between those lines broke them), and train_log.jsonl keeps every number."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.pop_callback(ProgressCallback)
+    trainer.pop_callback(PrinterCallback)

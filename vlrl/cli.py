@@ -1,5 +1,5 @@
-"""The `vlrl` command: `vlrl run | train | sft | eval | compare | report | export | validate | data | serve-rewards |
-serve-env | env`.
+"""The `vlrl` command: `vlrl run | train | sft | eval | compare | report | export | validate | presets | data |
+serve-rewards | serve-env | env` (their arguments: `vlrl.cli_parser`).
 
 Every command names a run directory the same way, `--run-dir DIR`; without it, a command started from a run file or
 a preset uses runs/<the config's name>. `--set section.key=value` (repeatable) overrides any run-file setting and is
@@ -26,7 +26,6 @@ fix>`, and exits 1; an interrupt exits 130 and keeps what was written (every sta
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -116,12 +115,36 @@ def cmd_train(args) -> int:
 
 
 def cmd_sft(args) -> int:
+    if args.steps is not None and args.steps < 1:
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"--steps {args.steps} must be at least 1; leave it out for [model] warm_start_steps "
+                          "(else 150).")
     config = _config(args)
     from vlrl.warmstart import sft_from_config
 
     sft_from_config(config, _run_dir(args, config).path / "sft", steps=args.steps,
                     learning_rate=args.learning_rate, batch_size=args.batch_size)
     return 0
+
+
+def cmd_presets(args) -> int:
+    """One line per shipped preset: its name, model, and the data or environment it trains on."""
+    from vlrl.config import preset_summaries
+
+    rows = preset_summaries()
+    name, model = (max(len(row[key]) for row in rows) for key in ("name", "model"))
+    for row in rows:
+        print(f"{row['name']:<{name}}  {row['model']:<{model}}  {row['trains_on']}")
+    print("\nvlrl run --preset NAME; the files: vlrl/presets/NAME.toml")
+    return 0
+
+
+def _check_port(port: int) -> None:
+    if not 0 <= port <= 65535:
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"--port {port} is not a TCP port; give one from 1 to 65535, or 0 for a free one.")
 
 
 def cmd_validate(args) -> int:
@@ -134,19 +157,28 @@ def cmd_validate(args) -> int:
 
 
 def cmd_compare(args) -> int:
+    """Prints the comparison's summary; the whole comparison goes to --output as JSON."""
     from vlrl.compare import compare, summary
     from vlrl.errors import EvalError
 
     for path in (args.before, args.after):
+        if os.path.isdir(path):
+            example = os.path.join(path, "eval_before.jsonl")
+            raise EvalError(f"{path} is a directory; give two eval record files, such as {example} and the "
+                            "eval_after.jsonl beside it.")
         if not os.path.exists(path):
             raise EvalError(f"no record file at {path}; give two eval files such as RUN_DIR/eval_before.jsonl.")
-    result = compare(args.before, args.after)  # damaged or mismatched records raise EvalError themselves
-    if not args.output:
-        print(json.dumps(result, indent=2))
-        return 0
-    with open(args.output, "w") as f:
-        f.write(json.dumps(result, indent=2))
-    print(f"{summary(result)}\n-> {args.output}")
+    if args.output and os.path.isdir(args.output):
+        raise EvalError(f"--output {args.output} is a directory; give a file path, such as "
+                        f"{os.path.join(args.output, 'comparison.json')}.")
+    result = compare(args.before, args.after)  # damaged, mismatched or unpaired records raise EvalError themselves
+    print(summary(result))
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(json.dumps(result, indent=2))
+        print(f"-> {args.output}")
+    else:
+        print("(the whole comparison as JSON: --output comparison.json)")
     return 0
 
 
@@ -214,9 +246,9 @@ def cmd_data_inspect(args) -> int:
                    "max_images": args.max_images, "log": lambda _: None}
         if args.all_answers:  # else each loader's own default: numbers only, but ViRL39K's answers of every kind
             options["numeric_only"] = False
-        if loader == "generic":
-            options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
-                           id_key=args.id_key, system_prompt=args.system_prompt)
+        # the column flags apply to every loader (each is load_generic with its data set's columns)
+        options.update(prompt_key=args.prompt_key, answer_key=args.answer_key, image_keys=args.image_key,
+                       id_key=args.id_key, system_prompt=args.system_prompt)
         split = {"split": args.split} if args.split else {}  # each loader's own default split otherwise
         rows, report = data.LOADERS[loader](args.source, return_report=True, **split, **options)
     shown = prompts.to_dataset(rows)
@@ -241,11 +273,13 @@ def _inspect_run(args) -> int:
     if processor is None:
         print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "
               "before the length filter ([data] max_prompt_tokens); pass --processor DIR to apply it.")
-    train_ds, eval_ds = run.prepare(config, processor, None, log=print)
+    train_ds, eval_ds = run.prepare(config, processor, None, log=print, report_path=args.output)
     kind = "eval" if config.eval.source else "held-out"
     print(f"run {config.name!r}: {len(train_ds)} training items, {len(eval_ds)} {kind} items")
     _print_items("train", train_ds, args.n, processor)
     _print_items(kind, eval_ds, args.n, processor)
+    if args.output:
+        print(f"\nthe run's data report saved to {args.output}")
     return 0
 
 
@@ -276,6 +310,7 @@ def _print_items(label: str, rows, n: int, processor) -> None:
 
 
 def cmd_serve_rewards(args) -> int:
+    _check_port(args.port)
     from vlrl.serve import make_server, page_url, serve_until_interrupted
 
     try:
@@ -292,6 +327,7 @@ def cmd_serve_rewards(args) -> int:
 
 
 def cmd_serve_env(args) -> int:
+    _check_port(args.port)
     from vlrl.envs import parse_options
     from vlrl.envs.server import serve
 
@@ -318,125 +354,19 @@ def cmd_export(args) -> int:
     return 0
 
 
-# --- the parser -----------------------------------------------------------------------------------------------
+# --- what each parsed command runs ---------------------------------------------------------------------------
 
-def _add_config(p, *, run_dir_help: str = "the run directory (default: runs/<the config's name>)",
-                default_help: str = "default: tiny") -> None:
-    source = p.add_mutually_exclusive_group()
-    source.add_argument("--preset", help=f"a shipped preset ({default_help})")
-    source.add_argument("--config", help="a run file (TOML)")
-    p.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                   help="override a run-file setting, e.g. --set training.max_steps=20 (repeatable)")
-    p.add_argument("--run-dir", help=run_dir_help)
+HANDLERS = {"run": cmd_run, "train": cmd_train, "sft": cmd_sft, "validate": cmd_validate, "presets": cmd_presets,
+            "compare": cmd_compare, "data inspect": cmd_data_inspect, "eval": cmd_eval, "report": cmd_report,
+            "serve-rewards": cmd_serve_rewards, "serve-env": cmd_serve_env, "env play": cmd_env_play,
+            "export": cmd_export}
 
 
-def parser() -> argparse.ArgumentParser:
-    from vlrl.config import EXPORT_FORMATS
-    from vlrl.export.gguf import GGUF_TYPES
+def parser():
+    """The `vlrl` argument parser (`vlrl.cli_parser`)."""
+    from vlrl.cli_parser import parser as build
 
-    p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.")
-    sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("run", help="the whole loop: load, baseline eval, GSPO train, re-eval, export")
-    _add_config(r)
-    r.set_defaults(func=cmd_run)
-    t = sub.add_parser("train", help="GSPO training alone: load the model and data, train, save the adapter")
-    _add_config(t, default_help="default: tiny, or the run's own config.toml with --resume")
-    t.add_argument("--resume", action="store_true",
-                   help="continue from the last checkpoint in the run directory (optimizer, scheduler, RNG state)")
-    t.set_defaults(func=cmd_train)
-    s = sub.add_parser("sft", help="supervised warm start (full fine-tuning on worked answers) before RL")
-    _add_config(s, run_dir_help="the run directory; the checkpoint goes to RUN_DIR/sft (default: runs/<name>)")
-    s.add_argument("--steps", type=int, help="optimizer steps (default: [model] warm_start_steps, else 150)")
-    s.add_argument("--learning-rate", type=float, help="peak learning rate (default: 3e-3, 1e-3 for tiny-small)")
-    s.add_argument("--batch-size", type=int, default=16, help="items per step (default: 16)")
-    s.set_defaults(func=cmd_sft)
-    v = sub.add_parser("validate", help="check a run file or preset without loading anything; lists every problem")
-    v.add_argument("target", help="a run file (TOML) or a preset name")
-    v.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="check with this override applied")
-    v.add_argument("--processes", type=int, help="check for a launch of this many processes (default: this one's)")
-    v.set_defaults(func=cmd_validate)
-    c = sub.add_parser("compare", help="before/after statistics from two eval record files")
-    c.add_argument("before")
-    c.add_argument("after")
-    c.add_argument("--output", help="write the comparison JSON here (and print a summary)")
-    c.set_defaults(func=cmd_compare)
-    d = sub.add_parser("data", help="inspect data sources").add_subparsers(dest="data_command", required=True)
-    i = d.add_parser("inspect", help="a source's DataReport and prompts, or (--config/--preset) a run's exact items")
-    i.add_argument("source", nargs="?", help="a hub id, a local directory or file, or 'synthetic'")
-    source = i.add_mutually_exclusive_group()
-    source.add_argument("--preset", help="show the items this preset's run trains and evaluates on")
-    source.add_argument("--config", help="show the items this run file's run trains and evaluates on")
-    i.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="override a run-file setting")
-    i.add_argument("--split", help="default: testmini (MathVista), train (geo3k, generic)")
-    i.add_argument("--loader", choices=["auto", "mathvista", "geo3k", "virl39k", "generic"], default="auto")
-    i.add_argument("-n", type=int, default=3, help="prompts to print (default 3; with a run: of each part)")
-    i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
-    i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")
-    i.add_argument("--keep-aspect", action="store_true", help="pad to square instead of stretching")
-    i.add_argument("--max-images", type=int, default=1)
-    i.add_argument("--prompt-key", help="generic loader: the question column")
-    i.add_argument("--answer-key", help="generic loader: the answer column")
-    i.add_argument("--image-key", action="append", help="generic loader: an image column (repeatable)")
-    i.add_argument("--id-key", help="generic loader: the id column")
-    i.add_argument("--system-prompt", help="generic loader: a system turn for every prompt")
-    i.add_argument("--processor", help="a model directory: render with its chat template and count prompt tokens")
-    i.add_argument("--max-prompt-tokens", type=int, help="with --processor: apply the length filter")
-    i.add_argument("--num-items", type=int, default=12, help="synthetic only")
-    i.add_argument("--tasks", default="all", help="synthetic only: 'all' or one task name")
-    i.add_argument("--output", help="also save the DataReport as JSON here")
-    i.set_defaults(func=cmd_data_inspect)
-    e = sub.add_parser("eval", help="evaluate a model/adapter on a run's held-out set (resumes a partial file)")
-    _add_config(e, run_dir_help="the run whose held-out set to use (default: runs/<name> of --config/--preset)",
-                default_help="default: the run directory's config.toml")
-    e.add_argument("--adapter", help="a LoRA adapter directory to apply (e.g. RUN_DIR/adapter)")
-    e.add_argument("--model", help="the base checkpoint (default: the run's)")
-    e.add_argument("--output", help="records file (default: RUN_DIR/eval_adapter.jsonl or eval_base.jsonl)")
-    e.add_argument("--batch-size", type=int, help="default: the run's [eval] batch_size")
-    e.add_argument("--max-new-tokens", type=int, help="default: the run's [eval] max_new_tokens")
-    e.add_argument("--samples", type=int, default=0, metavar="K",
-                   help="K seeded samples per item (pass@1..pass@K; what GSPO optimizes) instead of greedy decoding")
-    e.add_argument("--temperature", type=float, help="with --samples (default: the run's [eval] temperature, 1.0)")
-    e.add_argument("--seed", type=int, help="with --samples: seeds the draws (default: the run's [eval] seed, 0)")
-    e.set_defaults(func=cmd_eval)
-    rp = sub.add_parser("report", help="plots and a self-contained report.html for a run directory")
-    _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
-                default_help="names runs/<its name>")
-    rp.set_defaults(func=cmd_report)
-    s = sub.add_parser("serve-rewards", help="the browser reward calculator on localhost (rewards/, offline)")
-    s.add_argument("--port", type=int, default=8765, help="TCP port on 127.0.0.1 (0 picks a free one)")
-    s.add_argument("--run-dir", help="a run directory whose eval_before/after.jsonl the page loads")
-    s.add_argument("--page-dir", help="the folder holding index.html (default: the checkout's rewards/)")
-    s.add_argument("--pyodide", help="the Pyodide runtime folder (default: rewards/node_modules/pyodide)")
-    s.set_defaults(func=cmd_serve_rewards)
-    env_set = {"action": "append", "metavar": "KEY=VALUE", "help": "an environment option, e.g. size=128 (repeatable)"}
-    se = sub.add_parser("serve-env", help="serve an environment on 127.0.0.1 as an OpenEnv-compatible server "
-                                          "(HTTP sessions and OpenEnv's WebSocket; ENVIRONMENT_API_KEY; vlrl.envs.server)")
-    se.add_argument("name", help="an environment name (crafter, grid, gymnasium:ID, ...)")
-    se.add_argument("--port", type=int, default=8766, help="TCP port (0 picks a free one)")
-    se.add_argument("--max-sessions", type=int, default=64, help="episodes open at once (default 64)")
-    se.add_argument("--max-steps", type=int, default=100_000, help="steps of one episode (default 100,000)")
-    se.add_argument("--idle-s", type=float, default=600.0, help="seconds before an idle session expires (default 600)")
-    se.add_argument("--set", **env_set)
-    se.set_defaults(func=cmd_serve_env)
-    ep = sub.add_parser("env", help="environments without a model").add_subparsers(dest="env_command", required=True)
-    pl = ep.add_parser("play", help="play an episode with a model-free policy: frames, episode.jsonl, filmstrip")
-    pl.add_argument("name", help="an environment name, or a `vlrl serve-env` URL (http://127.0.0.1:PORT)")
-    pl.add_argument("--seed", type=int, default=0)
-    pl.add_argument("--policy", choices=["random", "noop"], default="random")
-    pl.add_argument("--steps", type=int, default=20, help="turns at most (default 20)")
-    pl.add_argument("--output", default="play", help="the folder for the files (default: play/)")
-    pl.add_argument("--set", **env_set)
-    pl.set_defaults(func=cmd_env_play)
-    x = sub.add_parser("export", help="export a run's adapter (lora), a merged checkpoint or GGUF files, verified")
-    _add_config(x, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
-                default_help="names runs/<its name>")
-    x.add_argument("--format", required=True, choices=EXPORT_FORMATS)
-    x.add_argument("--output", help="where the export goes (default: RUN_DIR/adapter, merged16, merged4 or gguf)")
-    x.add_argument("--base", help="the base checkpoint (default: the adapter's); give the 16-bit model when the "
-                   "adapter was trained on a 4-bit one")
-    x.add_argument("--outtype", default="f16", choices=GGUF_TYPES, help="GGUF weight type")
-    x.set_defaults(func=cmd_export)
-    return p
+    return build()
 
 
 LAUNCHED = ("run", "train", "eval", "validate")  # the commands that run under accelerate launch (docs/multi-gpu.md)
@@ -457,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         _one_process_only(args.command)
-        return args.func(args)
+        return HANDLERS[args.handler](args)
     except VlrlError as err:
         print(f"vlrl {args.command}: {err}", file=sys.stderr)
         return 1

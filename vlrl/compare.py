@@ -184,7 +184,8 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
         items) with `meaning`, one sentence on what the curves say.
 
     Raises:
-        EvalError: a record without id, correct or format_ok, an id twice on one side, or a damaged record file.
+        EvalError: a record without id, correct or format_ok, an id twice on one side, a damaged record file, or
+            no item paired (an empty side, or no id in common).
 
     >>> rec = lambda i, ok: {"id": i, "correct": ok, "format_ok": True}
     >>> before = [rec(i, False) for i in range(12)] + [rec(12, True), rec(13, True)]
@@ -196,7 +197,29 @@ def compare(before: list[dict] | str | Path, after: list[dict] | str | Path) -> 
     from vlrl.episodes import compare as episodes
 
     if episodes.is_episodes(before) or episodes.is_episodes(after):  # episode records: success and return
-        return episodes.compare(before, after)
+        return _paired(episodes.compare(before, after), before, after)
+    return _paired(_compare_items(before, after), before, after)
+
+
+def _paired(result: dict, before, after) -> dict:
+    """`result`, when it pairs at least one item: statistics of no pairs are nulls that read like a result."""
+    if result["n_paired"]:
+        return result
+
+    def name(side) -> str:
+        return str(side) if isinstance(side, (str, Path)) else "the records"
+
+    if not result["n_before"] or not result["n_after"]:
+        empty = name(before) if not result["n_before"] else name(after)
+        raise EvalError(f"{empty} holds no records, so nothing can be compared; give eval files that hold records "
+                        "(`vlrl eval` or `vlrl run` writes them).")
+    raise EvalError(f"{name(before)} ({result['n_before']} items) and {name(after)} ({result['n_after']} items) share "
+                    "no item id, so nothing can be compared; give two evals of the same items, such as one run's "
+                    "eval_before.jsonl and eval_after.jsonl.")
+
+
+def _compare_items(before, after) -> dict:
+    """`compare` of single-turn records."""
     b_by, a_by = by_id(before, "before"), by_id(after, "after")
     paired = [i for i in b_by if i in a_by]
     b_rows, a_rows = [b_by[i] for i in paired], [a_by[i] for i in paired]

@@ -156,8 +156,8 @@ def load(path: str | Path, *, overrides=(), num_processes: int | None = None) ->
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
-        raise ConfigError(f"no run file at {path}; give the path of a TOML run file, or --preset "
-                          f"({', '.join(presets())}).") from None
+        raise ConfigError(f"no run file at {path}; give the path of a TOML run file, or a preset's name instead "
+                          f"({', '.join(presets())}; `vlrl presets` describes them).") from None
     except IsADirectoryError:
         raise ConfigError(f"{path} is a directory, not a run file; a run directory's own file is "
                           f"{path / 'config.toml'}.") from None
@@ -169,6 +169,27 @@ def load(path: str | Path, *, overrides=(), num_processes: int | None = None) ->
 def presets() -> list[str]:
     return sorted(p.name.removesuffix(".toml") for p in resources.files("vlrl.presets").iterdir()
                   if p.name.endswith(".toml"))
+
+
+def preset_summaries() -> list[dict]:
+    """Each shipped preset as `{name, model, trains_on}` (`vlrl presets`): its model, and the data set or
+    environment it trains on.
+
+    >>> next(p for p in preset_summaries() if p["name"] == "tiny")
+    {'name': 'tiny', 'model': 'tiny', 'trains_on': 'data synthetic (96 generated items)'}
+    """
+    out = []
+    for name in presets():
+        c = preset(name)
+        if c.env.name:
+            trains_on = f"environment {c.env.name} ({c.env.train_seeds} training seeds, {c.env.eval_seeds} eval seeds)"
+        elif c.data.source == "synthetic":
+            trains_on = f"data synthetic ({c.data.num_items} generated items)"
+        else:
+            trains_on = f"data {c.data.source} [{c.data.split}]" + (
+                f", eval {c.eval.source} [{c.eval.split}]" if c.eval.source else "")
+        out.append({"name": name, "model": c.model.name_or_path, "trains_on": trains_on})
+    return out
 
 
 def preset(name: str, *, overrides=(), num_processes: int | None = None) -> RunConfig:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vlrl import compare, data, distributed, export, model, prompts, report, sharded_eval, train, warmstart
 from vlrl.config import RunConfig
+from vlrl.progress import duration
 from vlrl.rundir import RunDir
 
 
@@ -108,8 +109,10 @@ def eval_items(config: RunConfig, report: data.DataReport | None = None):
     return rows
 
 
-def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print):
-    """Loads, splits and length-filters the data; writes data_report.json when given the run. Returns
+def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None, log=print,
+            report_path: str | Path | None = None):
+    """Loads, splits and length-filters the data; writes data_report.json when given the run (and the same report
+    to `report_path` when given), and prints every drop with its count and reason. Returns
     (train_dataset, eval_dataset), disjoint by id and by picture (`split`, checked again by `data.check_disjoint`).
     Without a processor (`vlrl data inspect` of a hub model, offline) the length filter is not applied."""
     with distributed.main_first():  # a hub data set is downloaded, preprocessed and its pictures hashed once
@@ -119,12 +122,9 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
         log(data_report.trains_on_test_split)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
-    dropped_train = dropped_eval = 0
-    if processor is not None:
-        train_ds, dropped_train = prompts.filter_by_length(train_ds, processor, max_tokens, report=data_report,
-                                                           part="train")
-        eval_ds, dropped_eval = prompts.filter_by_length(eval_ds, processor, max_tokens, report=data_report,
-                                                         part="eval")
+    if processor is not None:  # the drops are counted in data_report.too_long
+        train_ds, _ = prompts.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
+        eval_ds, _ = prompts.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
@@ -134,8 +134,12 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
         log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "
             f"{overlap['train_dropped_same_id']} same id, {overlap['train_dropped_same_image']} same picture, "
             f"{overlap['train_dropped_same_question']} same question and answer")
+    drops = data_report.drops()
     log(f"data: {len(train_ds)} training items, {len(eval_ds)} {'eval' if config.eval.source else 'held-out'} items "
-        f"({dropped_train + dropped_eval} dropped as longer than {max_tokens} prompt tokens)")
+        f"from {data_report.rows_read} rows; " + ("dropped, by reason:\n  " + "\n  ".join(drops) if drops else
+                                                  "nothing dropped"))
+    if report_path is not None:
+        data_report.save(report_path)
     return train_ds, eval_ds
 
 
@@ -176,7 +180,8 @@ def compare_run(run: str | Path | RunDir, log=print) -> dict:
 
 
 def train_policy(config: RunConfig, policy, processor, train_ds, run: str | Path | RunDir, log=print):
-    """GSPO training in the run directory, continuing from its last checkpoint when there is one."""
+    """GSPO training in the run directory, continuing from its last checkpoint when there is one (a finished one
+    trains nothing and returns None: `policy` then holds its weights)."""
     return train.train(config, policy, processor, train_ds, run, resume=True, log=log)
 
 
@@ -217,22 +222,43 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
     banner("6/6 export the adapter (verified from disk)", log)
     distributed.on_main(export_policy, config, policy, processor, rd, log)
-    log(f"done in {time.time() - started:.0f} s: {rd.path}")
+    distributed.on_main(finish, rd, comparison, time.time() - started, log)
     warning = data.training_on_test_warning(config.data.source, config.data.split)
     if warning:  # again at the end of a long log: this run's scores are not a benchmark result
         log(warning)
     return comparison
 
 
+def finish(run: str | Path | RunDir, comparison: dict, seconds: float, log=print) -> None:
+    """The end of a run's log: the before/after result with its intervals and p-value, where the report and the
+    adapter are, and the commands that come next."""
+    run = RunDir.of(run)
+    banner(f"done in {duration(seconds)}: {run.path}", log)
+    log(compare.summary(comparison))
+    log(f"\nreport:  {run.report}   (open it in a browser; it needs nothing but the run directory)")
+    log(f"adapter: {run.adapter}   (verified: non-zero LoRA weights, the same logits read back)")
+    steps = [] if comparison.get("kind") == "episodes" else [  # `vlrl eval` scores single-turn items
+        f"vlrl eval --run-dir {run.path} --adapter {run.adapter} --samples 8   # pass@k of the trained policy"]
+    steps += [f"vlrl export --run-dir {run.path} --format merged16   # or gguf, for llama.cpp",
+              f"vlrl compare {run.eval_before} {run.eval_after} --output comparison.json"]
+    log("\nnext:\n" + "\n".join(f"  {step}" for step in steps))
+
+
 def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: bool = False, log=print):
     """`vlrl train`: load the model and the data as `run()` does, GSPO-train, save the verified adapter."""
     rd = RunDir.for_config(config, run_dir).start(config, action="resume training" if resume else "train")
+    done = train.done_training(rd) if resume else None
+    if done and (rd.adapter / "adapter_config.json").exists():  # finished and exported: nothing to load or write
+        log(f"{done}; its adapter is {rd.adapter}: nothing to do. Next: vlrl eval --run-dir {rd.path} --adapter "
+            f"{rd.adapter}")
+        return None
     policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
     train_ds, _ = prepare(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
+    trained = trainer.model if trainer is not None else policy  # None: done, `policy` holds the last checkpoint
     # under FSDP each process holds a shard of the LoRA weights: all gather them, the main process saves them whole
-    gathered = distributed.gathered_lora(trainer.model) if distributed.sharded_launch() else None
-    distributed.on_main(export.export_adapter, trainer.model, processor, rd.adapter, run_dir=rd.path,
+    gathered = distributed.gathered_lora(trained) if distributed.sharded_launch() else None
+    distributed.on_main(export.export_adapter, trained, processor, rd.adapter, run_dir=rd.path,
                         gathered=gathered, log=log)
     return trainer
 

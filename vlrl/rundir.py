@@ -133,7 +133,9 @@ class RunDir:
     def _claim(self, config: cfg.RunConfig, action: str) -> None:
         self.check_same(config, action=action)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.config_file.write_text(cfg.to_toml(config))
+        text = cfg.to_toml(config)
+        if not self.config_file.exists() or self.config_file.read_text() != text:  # a finished run stays untouched
+            self.config_file.write_text(text)
 
     def check_same(self, config: cfg.RunConfig, *, action: str = "run") -> None:
         """Raises RunDirError, naming every changed setting, when this directory holds another configuration."""

@@ -33,8 +33,15 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "synthetic"  # synthetic | a hub id or local directory (MathVista, geo3k, ViRL39K layouts)
-    split: str = "testmini"
+    source: str = "synthetic"  # synthetic | a hub id or local directory or file (docs/data.md: the layouts vlrl reads)
+    split: str = "testmini"  # your own data: the <split>.jsonl (or .json) of the directory, e.g. "train"
+    # Which loader reads `source` (LOADERS): "auto" picks one from the source's name (geo3k and ViRL39K by name, else
+    # MathVista's layout, which reads a directory of <split>.jsonl too); name it to be sure: "generic" for your own
+    loader: str = "auto"
+    # Your own columns, by what they hold (COLUMNS): question, answer, image (one picture or a list), id, choices,
+    # answer_type; e.g. {question = "prompt", image = "picture", id = "uid"}. A column not named keeps the loader's own.
+    columns: dict = field(default_factory=dict)
+    all_answers: bool = False  # keep answers that are not numbers (text, expressions); false: the loader's default
     num_items: int = 200  # synthetic only
     difficulty: int = 1  # synthetic only
     tasks: list[str] = field(default_factory=list)  # synthetic only: vlrl.synthetic task names; empty: the six default
@@ -148,6 +155,8 @@ DECODE_FORMATS = ("auto", "nf4", "int8", "fp8")  # [model] decode_format (vlrl.e
 # learning demonstration's model.
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
 LORA_TARGETS = ("layers", "head", "layers+head")
+LOADERS = ("auto", "synthetic", "mathvista", "geo3k", "virl39k", "generic")  # [data] loader (vlrl.data.LOADERS)
+COLUMNS = ("question", "answer", "image", "id", "choices", "answer_type")  # [data] columns' keys (vlrl.data.Fields)
 OPTIMIZERS = ("", "sgd")
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
 CORRECTIONS = ("off", "token", "sequence")  # [training] importance_sampling_correction (vlrl.mismatch)

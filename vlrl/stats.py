@@ -23,6 +23,8 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     [0.0215, 0.1118]
     >>> [round(x, 4) for x in wilson(0, 10)]
     [0.0, 0.2775]
+    >>> wilson(10, 10)[1]  # exactly 1, not 0.9999999999999999: an interval always holds its own estimate
+    1.0
     """
     if n == 0:
         return (0.0, 1.0)
@@ -30,7 +32,9 @@ def wilson(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
     denom = 1 + z * z / n
     center = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return (max(0.0, center - half), min(1.0, center + half))
+    # the interval holds p in exact arithmetic; in floating point 10 of 10 gave an upper bound just below 1.0, which
+    # a report's error bar (p - low, high - p) turned negative and matplotlib refused (seen on a 10-item eval)
+    return (min(p, max(0.0, center - half)), max(p, min(1.0, center + half)))
 
 
 # --- paired tests --------------------------------------------------------------------------------------------------

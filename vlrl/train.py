@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vlrl import distributed, engine, mismatch, prompts, rewards, thinking
-from vlrl.callbacks import DegenerationMonitor, JsonlLogger
+from vlrl.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.config import RunConfig
 from vlrl.errors import ConfigError
 from vlrl.model import backend_of
@@ -67,14 +67,16 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     run, t = RunDir.of(run), config.training
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
-    chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward
+    step_line = StepLine(log=log)
+    chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward: format, correctness
     # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
-    reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), *chosen[1:]], processor, t.thinking_budget)
+    reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), step_line.watch(chosen[1]), *chosen[2:]],
+                                          processor, t.thinking_budget)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
     trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
     trainer = trainer_class(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                             processing_class=processor,
-                            callbacks=[monitor, JsonlLogger(run.train_log), *callbacks])
+                            callbacks=[monitor, step_line, JsonlLogger(run.train_log), *callbacks])
     if transformers_backend:
         trainer.importance_sampling_correction = t.importance_sampling_correction
         trainer.importance_sampling_cap = t.importance_sampling_cap
@@ -84,6 +86,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
+    quiet_progress(trainer)
     _point_trackers(trainer, run, log)
     if transformers_backend:
         trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
@@ -147,12 +150,20 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
         resume: continue from the last checkpoint in run_dir (optimizer, scheduler and RNG state included); the
             run's configuration must be the one it started with. Without a checkpoint it starts from step 0.
             Without `resume`, old checkpoints and train_log.jsonl in run_dir are removed first.
+
+    Returns:
+        The trainer; None when `resume` finds training done (its last checkpoint at the last step): then nothing is
+        trained or written, and `model` holds that checkpoint's adapter weights.
     """
     run = RunDir.of(run_dir)
     run.start(config, action="resume training" if resume else "train")
     last = _last_checkpoint(run.checkpoints) if resume else None
     if resume and last is None:
         log(f"resume: no checkpoint in {run.checkpoints} yet; starting from step 0")
+    if last is not None and finished(last):
+        _load_adapter_weights(model, last)
+        log(f"{done_training(run)}; nothing to train, the policy is that checkpoint's")
+        return None
     if last is not None:
         log(f"resume: continuing from {last.name}")
     distributed.on_main(_clear_for, run, last)  # a fresh start deletes checkpoints, which the others read only to resume
@@ -197,6 +208,30 @@ def _last_checkpoint(folder: Path) -> Path | None:
     steps = [(_checkpoint_step(p), p) for p in folder.glob("checkpoint-*")
              if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").exists()]
     return max(steps)[1] if steps else None
+
+
+def done_training(run: str | Path | RunDir) -> str | None:
+    """A line saying the run's training is done (its last checkpoint is its last step), else None."""
+    last = _last_checkpoint(RunDir.of(run).checkpoints)
+    if last is None or not finished(last):
+        return None
+    step, total = finished(last)
+    return f"resume: training is done ({last.name}, step {step} of {total}; a new run needs a new --run-dir)"
+
+
+def finished(checkpoint: Path) -> tuple[int, int] | None:
+    """(step, total) when `checkpoint` is the last step of its training (trainer_state.json says so), else None."""
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    step, total = state.get("global_step", 0), state.get("max_steps", 0)
+    return (step, total) if 0 < total <= step else None
+
+
+def _load_adapter_weights(model, checkpoint: Path) -> None:
+    """The checkpoint's LoRA weights into the (PEFT) model, as a resumed trainer would load them."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(checkpoint / "adapter_model.safetensors")))
 
 
 def _truncate_log(path: Path, step: int) -> None:

@@ -11,9 +11,11 @@ from vlrl.distributed import sharded_launch, world_size
 from vlrl.errors import ConfigError
 from vlrl.sections import (
     BACKENDS,
+    COLUMNS,
     CORRECTIONS,
     DECODE_FORMATS,
     EXPORT_FORMATS,
+    LOADERS,
     LOCAL_MODELS,
     LORA_TARGETS,
     OPTIMIZERS,
@@ -146,6 +148,18 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             "remove [eval] source and hold items out with [data] hold_out instead.")
     elif e.split and not e.source:
         add(f'[eval] split = {e.split!r} needs an [eval] source; set source (e.g. "AI4Math/MathVista") or remove split.')
+    if d.loader not in LOADERS:
+        add(f"[data] loader = {d.loader!r} is unknown; choose one of {', '.join(map(repr, LOADERS))} (\"generic\" "
+            f"for your own data, docs/data.md).{did_you_mean(d.loader, LOADERS)}")
+    elif (d.loader == "synthetic") != (d.source == "synthetic") and d.loader != "auto":
+        add(f"[data] loader = {d.loader!r} does not read source = {d.source!r}; generated items are "
+            'source = "synthetic" (loader "auto"), a data set any other loader.')
+    for key, column in d.columns.items():
+        if key not in COLUMNS:
+            add(f"[data] columns names {key!r}, which vlrl does not read; name the columns holding "
+                f"{', '.join(COLUMNS)}.{did_you_mean(key, COLUMNS)}")
+        elif not isinstance(column, str) or not column:
+            add(f"[data] columns.{key} = {column!r} must be a column name (a string).")
     if d.image_size < 32:
         add(f"[data] image_size = {d.image_size} is smaller than one merged Qwen-VL patch (32 px); use 32 or more "
             "(64 for the tiny preset, 512 for real models).")

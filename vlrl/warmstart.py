@@ -84,11 +84,14 @@ def _train_and_eval(config: RunConfig):
 
 
 def held_out_exclusions(config: RunConfig) -> set[str]:
-    """Picture hashes the held-out set must not show: those of the warm start this run gives a local model."""
+    """Picture hashes the held-out set must not show: those of the warm start this run gives a local model, which
+    are generated items whatever the run's [data] (`ensure_tiny`); a data set of one's own shares none with them."""
     m = config.model
     if m.name_or_path not in LOCAL_MODELS or not m.warm_start_steps or config.env.name:
         return set()
-    return {image_hash(item["image"]) for item in items(config)}
+    s = settings(config)
+    warm = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
+    return {image_hash(item["image"]) for item in warm}
 
 
 def model_path(config: RunConfig, log=print) -> str:

@@ -32,7 +32,7 @@ from vlrl.errors import DataError
 from vlrl.images import BadItem, fit_image, load_image
 from vlrl.prompts import IMAGE_PLACEHOLDER
 
-PREPROCESS_VERSION = 2  # part of the datasets cache fingerprint: bump when preprocessing changes its output
+PREPROCESS_VERSION = 3  # part of the datasets cache fingerprint: bump when preprocessing changes its output
 
 # How preprocessed images are stored in the Arrow cache (bench/results/bench_data.md has the measured trade-off).
 IMAGE_FORMATS = {
@@ -53,18 +53,23 @@ class Fields:
         prompt_key: the question text; `<image>` placeholders in it place the images.
         answer_key: the gold answer.
         image_keys: the column(s) holding the item's image(s): one image or a list of them each.
-        id_key: the item id (when absent, `<name>-<split>-<row index>`).
+        id_key: the item id, or a tuple of alternatives (the first present wins); when absent,
+            `<name>-<split>-<row index>`.
         first_image_key_only: the image keys are alternatives (the first non-empty wins), as MathVista's
             `decoded_image` (hub) and `image` (a path, in its JSON layout).
         system_prompt: an optional system turn for every prompt.
+        choices_key: a multi-choice item's options (a list); absent or empty: a free-form item.
+        answer_type_key: the answer's type ("integer", "float", "text"); absent: read from the answer.
     """
 
     prompt_key: str = "question"
     answer_key: str = "answer"
     image_keys: tuple = ("image",)
-    id_key: str | None = "id"
+    id_key: str | tuple | None = "id"
     first_image_key_only: bool = False
     system_prompt: str | None = None
+    choices_key: str = "choices"
+    answer_type_key: str = "answer_type"
 
 
 def canonical_features(max_images: int, with_system: bool):
@@ -102,7 +107,8 @@ def canonical_row(example: dict, index: int, *, fields: Fields, name: str, split
     if not isinstance(example, dict) or "__invalid__" in example:
         detail = example.get("__invalid__", "") if isinstance(example, dict) else f"a {type(example).__name__}"
         return _skipped(f"{name}-{split}-{index}", "invalid_record", detail, max_images, fields)
-    raw_id = example.get(fields.id_key) if fields.id_key else None
+    id_keys = (fields.id_key,) if isinstance(fields.id_key, str) else (fields.id_key or ())
+    raw_id = next((example[k] for k in id_keys if example.get(k) not in (None, "")), None)
     item_id = str(raw_id) if raw_id not in (None, "") else f"{Path(name).name or name}-{split}-{index}"
     modes: dict = {}
     try:
@@ -140,6 +146,17 @@ def _text(value) -> str | None:
     return text or None
 
 
+def _absent(example: dict, key: str) -> str:
+    """Why `key` gave no text: its value, or, when the row has no such column, the columns it has."""
+    if key in example:
+        return f"{key!r} is {example[key]!r}"
+    return f"no column {key!r} (its columns: {_columns(example)})"
+
+
+def _columns(example: dict) -> str:
+    return ", ".join(sorted(map(str, example))[:12])
+
+
 def unboxed(answer: str | None) -> str | None:
     r"""A gold answer wholly inside one `\boxed{...}` (ViRL39K writes every answer so) without the box; any other
     answer as it is. Braces must balance, so `\boxed{a}+\boxed{b}` keeps its boxes.
@@ -161,11 +178,11 @@ def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict
     """The text columns of a canonical row; cheap checks first, so no image is decoded for a row that fails them."""
     question = _text(example.get(fields.prompt_key))
     if question is None:
-        raise BadItem("missing_question", f"{fields.prompt_key!r} is {example.get(fields.prompt_key)!r}")
+        raise BadItem("missing_question", _absent(example, fields.prompt_key))
     answer = unboxed(_text(example.get(fields.answer_key)))
     if answer is None:
-        raise BadItem("missing_answer", f"{fields.answer_key!r} is {example.get(fields.answer_key)!r}")
-    choices = example.get("choices")
+        raise BadItem("missing_answer", _absent(example, fields.answer_key))
+    choices = example.get(fields.choices_key)
     choices = [str(c).strip() for c in choices] if isinstance(choices, (list, tuple)) and len(choices) else None
     question_type = _text(example.get("question_type")) or ("multi_choice" if choices else "free_form")
     unit = _text(example.get("unit"))
@@ -185,7 +202,7 @@ def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict
             text_choices = [c for c in choices if answers.parse_number(c, unit) is None]
             if text_choices:
                 raise BadItem("non_numeric_answer", f"choice {text_choices[0]!r} is not a number")
-    answer_type = _text(example.get("answer_type"))
+    answer_type = _text(example.get(fields.answer_type_key))
     if answer_type is None:
         number = answers.parse_number(answer, unit)
         answer_type = "text" if number is None else "integer" if float(number).is_integer() else "float"
@@ -213,7 +230,8 @@ def _canonical_images(example: dict, question: str, fields: Fields, root, image_
         if fields.first_image_key_only and values:
             break
     if not values:
-        raise BadItem("missing_image", f"no image under {', '.join(fields.image_keys)}")
+        raise BadItem("missing_image", f"no image under {', '.join(fields.image_keys)}"
+                      + ("" if any(k in example for k in fields.image_keys) else f" (its columns: {_columns(example)})"))
     placeholders = question.count(IMAGE_PLACEHOLDER)
     if placeholders and placeholders != len(values):
         raise BadItem("image_placeholder_mismatch",
@@ -244,6 +262,17 @@ def _drop_placeholders(question: str, keep: int) -> str:
     if len(parts) - 1 <= keep:
         return question
     return IMAGE_PLACEHOLDER.join(parts[:keep + 1]) + "".join(parts[keep + 1:])
+
+
+def _fix(skipped: dict) -> str:
+    """What to do about a source whose every row was skipped, by the reasons they were."""
+    fixes = []
+    if {"missing_question", "missing_answer", "missing_image"} & set(skipped):
+        fixes.append("Name its columns: [data] columns = {question = ..., answer = ..., image = ..., id = ...} with "
+                     "loader = \"generic\" in a run file (vlrl data inspect: --prompt-key, --answer-key, --image-key)")
+    if "non_numeric_answer" in skipped:
+        fixes.append("Keep answers that are not numbers: [data] all_answers = true (vlrl data inspect: --all-answers)")
+    return ". ".join(fixes + ["Every reason: vlrl.data.SKIP_REASONS; the layouts vlrl reads: docs/data.md."])
 
 
 def drop_skipped(processed, report: DataReport):
@@ -281,7 +310,6 @@ def drop_skipped(processed, report: DataReport):
         reasons = ", ".join(f"{k} {v}" for k, v in report.skipped.items()) or "the source is empty"
         examples = "; ".join(e for shown in report.examples.values() for e in shown[:1])
         raise DataError(f"{report.source} (split {report.split!r}) has no usable row among {report.rows_read} "
-                        f"({reasons}). E.g. {examples or '-'}. See vlrl.data.SKIP_REASONS; for non-numeric answers "
-                        "pass numeric_only=False.")
+                        f"({reasons}). E.g. {examples or '-'}. {_fix(report.skipped)}")
     dataset = processed if len(keep) == len(processed) else processed.select(keep)
     return dataset.remove_columns(_BOOKKEEPING)

@@ -32,10 +32,12 @@ LOADERS = {"mathvista": load_mathvista, "geo3k": load_geo3k, "virl39k": load_vir
 
 
 def loader_name(source) -> str:
-    """The loader a source calls for: "synthetic" (generated items: `load_synthetic`), "geo3k" when its name mentions
-    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), "virl39k" when it mentions ViRL39K or is a
-    directory holding 39Krelease.parquet, else "mathvista" (any other hub id or directory, in MathVista's hub or JSON
-    layout). `LOADERS` maps the last three to their loaders.
+    """The loader a source calls for: "synthetic" (generated items: `load_synthetic`), "virl39k" for a directory
+    holding 39Krelease.parquet, "mathvista" for a .json / .jsonl file or a directory of .jsonl files (MathVista's JSON
+    layout, and a data set of one's own: docs/data.md) whatever their name; else "geo3k" when the name mentions
+    geometry3k or geo3k (the hub's hiyouga/geometry3k or a local copy), "virl39k" when it mentions ViRL39K, else
+    "mathvista" (any other hub id or directory, in MathVista's hub layout). `LOADERS` maps the last three to their
+    loaders; `[data] loader` names one outright.
 
     >>> [loader_name(s) for s in ("synthetic", "hiyouga/geometry3k", "data/Geo3K-copy", "TIGER-Lab/ViRL39K",
     ...                           "AI4Math/MathVista")]
@@ -43,8 +45,14 @@ def loader_name(source) -> str:
     """
     if source == "synthetic":
         return "synthetic"
-    name = os.fspath(source).lower()
-    if "virl39k" in name or (Path(source) / VIRL39K_TABLE).is_file():
+    name, path = os.fspath(source).lower(), Path(source)
+    if (path / VIRL39K_TABLE).is_file():
+        return "virl39k"
+    # JSON files of one's own: read by their columns, whatever the directory is called (a name with "geo3k" in it
+    # used to switch to geo3k's columns, and every row was skipped)
+    if path.suffix in (".json", ".jsonl") and path.is_file() or path.is_dir() and any(path.glob("*.jsonl")):
+        return "mathvista"
+    if "virl39k" in name:
         return "virl39k"
     return "geo3k" if "geometry3k" in name or "geo3k" in name else "mathvista"
 
@@ -70,19 +78,34 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
 def load_rows(data_config: DataConfig, *, return_report: bool = False):
     """Canonical rows for a run's `[data]` table: generated items (a list), or MathVista / geo3k / ViRL39K (a Dataset).
 
-    The loader is the one `loader_name` picks for `data_config.source`. With `return_report`, also the
-    `DataReport` of the load (its `trains_on_test_split` says when the source is a known test split).
+    The loader is `[data] loader`, or with "auto" the one `loader_name` picks for `data_config.source`; `[data]
+    columns` names the source's own columns (`column_options`). With `return_report`, also the `DataReport` of the
+    load (its `trains_on_test_split` says when the source is a known test split).
     """
     d = data_config
-    name = loader_name(d.source)
+    name = loader_name(d.source) if d.loader == "auto" else d.loader
     if name == "synthetic":
         rows, report = load_synthetic(d.num_items, seed=d.seed, image_size=d.image_size, difficulty=d.difficulty,
                                       tasks=d.tasks or synthetic.TASKS,  # empty: the default tasks
                                       return_report=True)
     else:
-        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True)
+        answers = {"numeric_only": False} if d.all_answers else {}  # else each loader's own default
+        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True,
+                                     **answers, **column_options(d.columns))
         report.trains_on_test_split = training_on_test_warning(d.source, d.split) or ""
     return (rows, report) if return_report else rows
+
+
+def column_options(columns: dict) -> dict:
+    """`[data] columns` ({question, answer, image, id, choices, answer_type} -> the source's column names) as
+    `load_generic`'s keyword arguments.
+
+    >>> column_options({"question": "prompt", "image": "picture", "id": "uid"})
+    {'prompt_key': 'prompt', 'image_keys': ('picture',), 'id_key': 'uid'}
+    """
+    keys = {"question": "prompt_key", "answer": "answer_key", "image": "image_keys", "id": "id_key",
+            "choices": "choices_key", "answer_type": "answer_type_key"}
+    return {keys[k]: (v,) if k == "image" else v for k, v in columns.items()}
 
 
 def load_eval_rows(eval_config: EvalConfig, image_size: int, *, return_report: bool = False):

@@ -57,8 +57,9 @@ SAMPLE_DIR = Path(__file__).resolve().parents[2] / "data" / "mathvista_sample"
 # ViRL39K's layout, made-up rows (`python data/make_virl39k_sample.py` redraws it)
 VIRL39K_SAMPLE_DIR = SAMPLE_DIR.with_name("virl39k_sample")
 
+# MathVista's layout names its ids `pid`; a data set of your own in that layout may name them `id`: both are kept
 MATHVISTA_FIELDS = Fields(prompt_key="question", answer_key="answer", image_keys=("decoded_image", "image"),
-                          id_key="pid", first_image_key_only=True)
+                          id_key=("pid", "id"), first_image_key_only=True)
 GEO3K_FIELDS = Fields(prompt_key="problem", answer_key="answer", image_keys=("images",), id_key=None)
 VIRL39K_FIELDS = Fields(prompt_key="question", answer_key="answer", image_keys=("image",), id_key="qid")
 
@@ -135,6 +136,7 @@ def load_virl39k(source: str = VIRL39K_REPO, split: str = "train", *, numeric_on
 
 def load_generic(source, split: str = "train", *, fields: Fields | None = None, prompt_key: str | None = None,
                  answer_key: str | None = None, image_keys=None, id_key: str | None = None,
+                 choices_key: str | None = None, answer_type_key: str | None = None,
                  system_prompt: str | None = None, numeric_only: bool = True, image_size: int | None = 512,
                  keep_aspect: bool = False, max_images: int = 1, image_root: str | Path | None = None,
                  max_image_bytes: int = MAX_IMAGE_BYTES, max_pixels: int | None = None, image_format: str = "png",
@@ -148,9 +150,9 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
             of dicts.
         split: the split to read.
         fields: a `Fields` preset (MATHVISTA_FIELDS, GEO3K_FIELDS); the keyword arguments below override it.
-        prompt_key, answer_key, image_keys, id_key: column names (image_keys: one name or several); None takes
-            the value of `fields` (default: question, answer, image, id). Rows without the id column get
-            `<name>-<split>-<row index>`.
+        prompt_key, answer_key, image_keys, id_key, choices_key, answer_type_key: column names (image_keys: one
+            name or several); None takes the value of `fields` (default: question, answer, image, id, choices,
+            answer_type). Rows without the id column get `<name>-<split>-<row index>`.
         system_prompt: an optional system turn for every prompt.
         numeric_only: skip (and count) items whose answer is not a number.
         image_size: the side of the square RGB images; None keeps each image's own size.
@@ -185,7 +187,8 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
     if isinstance(image_keys, str):
         image_keys = (image_keys,)
     changes = {"prompt_key": prompt_key, "answer_key": answer_key, "id_key": id_key, "system_prompt": system_prompt,
-               "image_keys": tuple(image_keys) if image_keys is not None else None}
+               "image_keys": tuple(image_keys) if image_keys is not None else None, "choices_key": choices_key,
+               "answer_type_key": answer_type_key}
     spec = replace(fields or Fields(), **{k: v for k, v in changes.items() if v is not None})
     if max_images < 1:
         raise ValueError(f"max_images = {max_images} must be at least 1.")

@@ -30,6 +30,14 @@ SKIP_REASONS = {
     "too_long": "the prompt, image tokens included, is longer than max_prompt_tokens",
 }
 
+# Items a split drops after loading (`split_holdout`, `drop_eval_overlap`): the DataReport key -> what it means.
+SPLIT_DROPS = {
+    "train_dropped_same_id": "training items with a held-out item's id",
+    "train_dropped_same_image": "training items that show a held-out item's picture (no eval picture is trained on)",
+    "train_dropped_same_question": "training items that ask an eval item's question with its answer",
+    "eval_excluded_seen_image": "the warm start trained on their picture, so they train only",
+}
+
 
 @dataclass
 class DataReport:
@@ -99,6 +107,26 @@ class DataReport:
             text += f"; too long (> {self.max_prompt_tokens} tokens): " + ", ".join(
                 f"{k} {v}" for k, v in self.too_long.items())
         return text
+
+    def drops(self) -> list[str]:
+        """Every item the load, the split and the length filter dropped, one line per reason with its count and
+        meaning (what a run prints at the end of its data stage); empty when nothing was dropped.
+
+        >>> report = DataReport(source="mine", rows_read=40, rows_kept=39, hold_out={"train_dropped_same_image": 24})
+        >>> report.skip("missing_answer", "q7")
+        >>> print("\\n".join(report.drops()))
+        1 skipped as missing_answer: no gold answer, or an empty one (e.g. q7)
+        24 dropped as train_dropped_same_image: training items that show a held-out item's picture (no eval picture is trained on)
+        """
+        lines = [f"{count} skipped as {reason}: {SKIP_REASONS.get(reason, reason)}"
+                 + (f" (e.g. {self.examples[reason][0]})" if self.examples.get(reason) else "")
+                 for reason, count in sorted(self.skipped.items(), key=lambda kv: -kv[1])]
+        for part in (self.hold_out, self.eval_source.get("overlap") or {}):
+            lines += [f"{part[key]} {'never held out' if key.startswith('eval_') else 'dropped'} as {key}: {meaning}"
+                      for key, meaning in SPLIT_DROPS.items() if part.get(key)]
+        lines += [f"{count} {part} items dropped as too_long: {SKIP_REASONS['too_long']} ({self.max_prompt_tokens})"
+                  for part, count in self.too_long.items() if count]
+        return lines
 
     def __str__(self) -> str:
         lines = [self.summary()]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from vlrl.errors import DataError
 
 VIRL39K_REPO = "TIGER-Lab/ViRL39K"
 VIRL39K_TABLE = "39Krelease.parquet"  # beside images.zip in the hub repo; its `image` paths are images/... inside it
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name, as the hub spells data set ids  # beside images.zip in the hub repo; its `image` paths are images/... inside it
 
 
 def source_name(source) -> str:
@@ -70,12 +72,26 @@ def read_source(source, split: str, cache_dir: str | None):
         for candidate in (path / f"{split}.json", path / f"{split}.jsonl"):
             if candidate.is_file():  # MathVista's own layout
                 return _json_dataset(candidate, cache_dir), path.resolve()
+        splits = sorted({p.stem for p in path.glob("*.json*") if p.suffix in (".json", ".jsonl")})
+        if splits and not any(path.rglob("*.parquet")) and not any(path.rglob("*.arrow")):
+            raise DataError(f"{path} has no {split}.jsonl or {split}.json; its splits are {', '.join(splits)}: set "
+                            f"[data] split (or --split) to one of them.")
         return _load_dataset(str(path), split, cache_dir), path.resolve()
     text = os.fspath(source)
-    if text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith((".json", ".jsonl", ".parquet")):
+    if not looks_like_hub_id(text):  # a mistyped local path fails here, not after the hub's retries
         raise DataError(f"{text!r} is neither a directory nor a file; give a local path that exists "
                         "or a hub id such as 'AI4Math/MathVista'.")
     return _load_dataset(text, split, cache_dir), None  # a hub id
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """Whether `text` has a hub data set id's shape, `owner/name` (no file suffix, no path prefix): anything else
+    that is not on disk is a mistyped local path, refused at once.
+
+    >>> [looks_like_hub_id(t) for t in ("AI4Math/MathVista", "nosuch_dir", "./a/b", "a/b/c", "mine/train.jsonl")]
+    [True, False, False, False, False]
+    """
+    return bool(HUB_ID.fullmatch(text)) and not text.endswith((".json", ".jsonl", ".parquet", ".csv"))
 
 
 def _load_dataset(path: str, split: str, cache_dir, **kwargs):
@@ -102,14 +118,23 @@ def _json_dataset(path: Path, cache_dir):
     """
     import datasets
 
+    if not path.read_text(encoding="utf-8").strip():
+        raise DataError(f"{path} is empty; a data file holds one JSON record a line (.jsonl) or a list of records "
+                        "(.json), each with question, answer and image (docs/data.md).")
     # The cache key covers the JSON file and every file beside it (the images): an edit invalidates the cache.
     stamp = hashlib.sha256()
     for entry in sorted(p for p in path.parent.rglob("*") if p.is_file()):
         info = entry.stat()
         stamp.update(f"{entry.relative_to(path.parent)}:{info.st_size}:{info.st_mtime_ns};".encode())
-    return datasets.Dataset.from_generator(
-        _json_records, gen_kwargs={"path": str(path.resolve()), "stamp": stamp.hexdigest()},
-        features=datasets.Features({"record": datasets.Json()}), cache_dir=cache_dir)
+    try:
+        return datasets.Dataset.from_generator(
+            _json_records, gen_kwargs={"path": str(path.resolve()), "stamp": stamp.hexdigest()},
+            features=datasets.Features({"record": datasets.Json()}), cache_dir=cache_dir)
+    except ValueError as err:  # datasets refuses a generator that yields nothing ("corresponds to no data")
+        if isinstance(err, DataError):
+            raise
+        raise DataError(f"{path} holds no records ({err}); give one JSON record a line (.jsonl) or a list of "
+                        "records (.json), each with question, answer and image (docs/data.md).") from None
 
 
 def _json_records(path: str, stamp: str):

@@ -24,6 +24,7 @@ from pathlib import Path
 from vlrl.envs.achievements import crafter_report, record_achievements
 from vlrl.episodes.rollout import Episode, Settings, play, summary
 from vlrl.errors import EvalError
+from vlrl.progress import Progress
 from vlrl.records import drop_torn_tail, read_records
 
 SAMPLING_SEED = 7_919  # seeds a sampled eval's draws (with the batch's first seed)
@@ -84,6 +85,7 @@ def evaluate(model, processor, make_env, seeds, output_path: str | Path, setting
     todo = [s for s in seeds if s not in done]
     started = time.time()
     played: list[Episode] = []
+    progress = Progress(f"eval {output_path.name}", len(todo), "episodes", log)  # minutes on CPU, hours on a GPU
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         if settings.temperature > 0:
@@ -94,6 +96,7 @@ def evaluate(model, processor, make_env, seeds, output_path: str | Path, setting
             f.write("".join(lines))
             f.flush()
         played += episodes
+        progress.update(len(batch))
     by_seed = {r["seed"]: r for r in read_records(output_path)}
     records = [by_seed[s] for s in seeds if s in by_seed]
     if log is not None and records:

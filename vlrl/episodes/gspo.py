@@ -38,6 +38,7 @@ from pathlib import Path
 
 from vlrl.episodes.context import prompt_text
 from vlrl.episodes.rollout import Episode, Settings, play, summary
+from vlrl.progress import eta
 from vlrl.prompts import mask_tokens, vision_token_ids
 from vlrl.recipe import RECIPES
 
@@ -236,10 +237,14 @@ def train(config, policy, processor, make_env, run, train_seeds: list[int], sett
                  else torch.optim.AdamW(params, lr=t.learning_rate, weight_decay=0.0))
     schedule = get_linear_schedule_with_warmup(optimizer, 0, steps)
     done = _resume(policy, optimizer, schedule, run.checkpoints, log)
+    if done >= steps and log is not None:
+        log(f"training is done (step {done} of {steps}): nothing to train, the policy is that checkpoint's; "
+            "train_log.jsonl holds the steps (a new run needs a new run directory)")
     checkpoint_activations(policy)
     max_grad_norm = gspo_values(t.recipe)["max_grad_norm"]
     scale = RECIPES[t.recipe]["scale_rewards"] == "group"
     rows = []
+    first = time.time()
     for step in range(done + 1, steps + 1):
         torch.manual_seed(t.seed * 100_003 + step)  # the same step samples the same episodes after a resume
         started = time.time()
@@ -266,7 +271,7 @@ def train(config, policy, processor, make_env, run, train_seeds: list[int], sett
         if log is not None:
             log(f"step {step}/{steps}: return {s['return_mean']:.2f}, success {s['success_rate']:.0%}, "
                 f"{len(samples)} turns, loss {result['loss']:+.4f}, rollout {row['rollout_seconds']} s, "
-                f"update {row['update_seconds']} s")
+                f"update {row['update_seconds']} s, {eta(step - done, steps - done, time.time() - first)}")
         if step % t.save_steps == 0 or step == steps:
             _save(policy, optimizer, schedule, run.checkpoints, step)
     return rows

@@ -88,5 +88,5 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
 
     stages.banner("5/5 export the adapter (verified from disk)", log)
     stages.export_policy(config, policy, processor, rd, log)
-    log(f"done in {time.time() - started:.0f} s: {rd.path}")
+    stages.finish(rd, comparison, time.time() - started, log)
     return comparison

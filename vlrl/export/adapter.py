@@ -55,7 +55,9 @@ def verify_adapter(adapter_dir: str | Path) -> dict:
     if stats["nonzero_lora_B"] == 0:
         raise ExportError(
             f"every lora_B in {adapter_dir} is zero: the adapter is untrained (GSPO had no reward signal: all "
-            "completions of each prompt scored the same). Warm-start the model or check the rewards.")
+            "completions of each prompt scored the same; train_log.jsonl's reward_std is 0). Give the model one: "
+            "on the local tiny model raise [model] warm_start_steps (the tiny preset uses 150), on another run "
+            "`vlrl sft` first; or raise [training] num_generations or temperature so its completions differ.")
     return stats
 
 

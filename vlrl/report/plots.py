@@ -113,46 +113,26 @@ def training_series(log: list[dict]) -> dict[str, tuple[list[float], list[float]
 
 
 def plot_training(log: list[dict], path: str | Path) -> Path | None:
-    """Reward components, completion length, degeneration and the rollout/training mismatch over training steps;
-    None when nothing was logged.
+    """Reward components, completion length (or an episode's turns), degeneration and the rollout/training mismatch
+    over training steps, each panel drawn only when train_log.jsonl holds its numbers; None when nothing was logged.
 
     Args:
-        log: train_log.jsonl rows (TRL's logged metrics with their `step`).
+        log: train_log.jsonl rows (TRL's logged metrics, or an episode run's, with their `step`).
         path: the PNG to write.
     """
     series = training_series(log)
-    if not series:
+    panels = [panel for panel in (_rewards_panel, _length_panel, _turns_panel, _degeneration_panel,
+                                  _mismatch_panel) if panel(None, series)]
+    if not panels:
         return None
     plt = _pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (rewards_ax, length_ax, degen_ax, mismatch_ax) = plt.subplots(1, 4, figsize=(16, 3.4), dpi=110)
-    for key in sorted(k for k in series if k.startswith(REWARD_PREFIX)):
-        rewards_ax.plot(*series[key], marker=".", label=key[len(REWARD_PREFIX):-len(REWARD_SUFFIX)])
-    if "reward" in series:
-        rewards_ax.plot(*series["reward"], marker=".", color="black", label="total (weighted)")
-    rewards_ax.set_title("reward (mean per step)", fontsize=9)
-    if "completions/mean_length" in series:
-        steps, mean = series["completions/mean_length"]
-        length_ax.plot(steps, mean, marker=".", label="mean")
-        if "completions/min_length" in series and "completions/max_length" in series:
-            length_ax.fill_between(series["completions/min_length"][0], series["completions/min_length"][1],
-                                   series["completions/max_length"][1], alpha=0.2, label="min-max")
-    length_ax.set_title("completion length (tokens)", fontsize=9)
-    degen_keys = [k for k in series if "degenera" in k]
-    for key in degen_keys:
-        degen_ax.plot(*series[key], marker=".", color="#b03030", label=key)
-    if "completions/clipped_ratio" in series:
-        degen_ax.plot(*series["completions/clipped_ratio"], marker=".", color="#888", label="hit max length")
-    if not degen_keys:
-        degen_ax.text(0.02, 0.97, "degeneration rate: not in train_log.jsonl", ha="left", va="top",
-                      transform=degen_ax.transAxes, fontsize=7, color="#b03030")
-    degen_ax.set_ylim(-0.05, 1.05)
-    degen_ax.set_title("degenerate / truncated share", fontsize=9)
-    _plot_mismatch(mismatch_ax, series)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4), dpi=110, squeeze=False)
     from matplotlib.ticker import MaxNLocator
 
-    for ax in (rewards_ax, length_ax, degen_ax, mismatch_ax):
+    for ax, panel in zip(axes[0], panels):
+        panel(ax, series)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.set_xlabel("step", fontsize=8)
         ax.tick_params(labelsize=7)
@@ -164,18 +144,67 @@ def plot_training(log: list[dict], path: str | Path) -> Path | None:
     return path
 
 
-def _plot_mismatch(ax, series: dict) -> None:
+# Each panel of the training figure: with ax None, whether `series` holds its numbers; else it draws them on ax.
+
+def _rewards_panel(ax, series: dict) -> bool:
+    keys = sorted(k for k in series if k.startswith(REWARD_PREFIX))
+    if ax is None:
+        return bool(keys) or "reward" in series
+    for key in keys:
+        ax.plot(*series[key], marker=".", label=key[len(REWARD_PREFIX):-len(REWARD_SUFFIX)])
+    if "reward" in series:
+        ax.plot(*series["reward"], marker=".", color="black", label="total (weighted)")
+    ax.set_title("reward (mean per step)", fontsize=9)
+    return True
+
+
+def _length_panel(ax, series: dict) -> bool:
+    if ax is None:
+        return "completions/mean_length" in series
+    steps, mean = series["completions/mean_length"]
+    ax.plot(steps, mean, marker=".", label="mean")
+    if "completions/min_length" in series and "completions/max_length" in series:
+        ax.fill_between(series["completions/min_length"][0], series["completions/min_length"][1],
+                        series["completions/max_length"][1], alpha=0.2, label="min-max")
+    ax.set_title("completion length (tokens)", fontsize=9)
+    return True
+
+
+def _turns_panel(ax, series: dict) -> bool:
+    """An episode run's turns per episode and invalid actions per step (vlrl.episodes.gspo's log)."""
+    keys = {"completions/turns_mean": "turns per episode", "completions/invalid_actions": "invalid actions"}
+    if ax is None:
+        return any(key in series for key in keys)
+    for key, label in keys.items():
+        if key in series:
+            ax.plot(*series[key], marker=".", label=label)
+    ax.set_title("episodes: turns and invalid actions", fontsize=9)
+    return True
+
+
+def _degeneration_panel(ax, series: dict) -> bool:
+    keys = [k for k in series if "degenera" in k]
+    if ax is None:
+        return bool(keys) or "completions/clipped_ratio" in series
+    for key in keys:
+        ax.plot(*series[key], marker=".", color="#b03030", label=key)
+    if "completions/clipped_ratio" in series:
+        ax.plot(*series["completions/clipped_ratio"], marker=".", color="#888", label="hit max length")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title("degenerate / truncated share", fontsize=9)
+    return True
+
+
+def _mismatch_panel(ax, series: dict) -> bool:
     """The rollout/training mismatch per step, log scale (on-policy it sits near float rounding, ~1e-13 on CPU; a
     sampling path the loss does not know shows as 1e-2 and more). A value of exactly 0 has no place on it."""
-    drawn = False
-    for key, label in MISMATCH.items():
-        points = [(step, value) for step, value in zip(*series.get(key, ([], []))) if value > 0]
-        if points:
-            ax.plot(*zip(*points), marker=".", label=label)
-            drawn = True
-    if drawn:
-        ax.set_yscale("log")
-    else:
-        ax.text(0.02, 0.97, "rollout/training mismatch: not in train_log.jsonl", ha="left", va="top",
-                transform=ax.transAxes, fontsize=7, color="#555")
+    points = {label: [(step, value) for step, value in zip(*series.get(key, ([], []))) if value > 0]
+              for key, label in MISMATCH.items()}
+    if ax is None:
+        return any(points.values())
+    for label, shown in points.items():
+        if shown:
+            ax.plot(*zip(*shown), marker=".", label=label)
+    ax.set_yscale("log")
     ax.set_title("rollout vs training log-probs", fontsize=9)
+    return True
