@@ -124,6 +124,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, nargs="+", default=[16, 32])
     p.add_argument("--completion", type=int, default=256)
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--checkpoint", help="a saved checkpoint instead of building one (bf16: it is loaded in 4-bit)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/decode")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -133,7 +134,7 @@ def main() -> None:
         (Path(args.out) / "engine_agreement.json").write_text(json.dumps(agreement, indent=2))
     if not args.paths:
         return
-    checkpoint = build_checkpoint(args.size, Path(args.checkpoints))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.size, Path(args.checkpoints))
     bandwidth = copy_bandwidth()
     table = []
     for path in args.paths:

@@ -4,7 +4,7 @@
 #   bash bench/rehearsal.sh checkpoints 8b            the checkpoints alone (the decode table needs no data)
 #   bash bench/rehearsal.sh run NAME PRESET [ARGS]    `vlrl run --preset PRESET` as a user starts it -> NAME.tar.gz
 #   bash bench/rehearsal.sh mathvista NAME PRESET CHECKPOINT [ARGS]   run, on the rehearsal data, 2 training steps
-#   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_decode.py) -> decode_SIZE.tar.gz
+#   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_engine_decode.py) -> decode_SIZE.tar.gz
 # Results go to /tmp/results (kept across calls while the machine is held) and, when $OUT is set, to $OUT too;
 # bench/rehearse_all.sh runs every preset at once, one GPU each, across several calls.
 # What a rehearsal changes and nothing else: the model (random weights of the real shape and config, saved like the
@@ -114,10 +114,10 @@ mathvista() {  # mathvista NAME PRESET CHECKPOINT [ARGS]: a MathVista preset on 
 decode() {  # decode SIZE CHECKPOINT [ARGS]
   local size=$1 ckpt=$2; shift 2
   local start=$(date +%s)
-  timeout ${JOB_TIMEOUT:-540} python3 bench/gpu_decode.py --size "$size" --checkpoint "$ckpt" --out /tmp/decode "$@" \
+  timeout ${JOB_TIMEOUT:-540} python3 bench/gpu_engine_decode.py --size "$size" --checkpoint "$ckpt" --out /tmp/decode "$@" \
     > /tmp/decode_$size.log 2>&1
   echo "== decode $size rc=$? $(( $(date +%s) - start ))s"
-  grep "^T+\|^ROW\|^AGREEMENT\|^RECORDER\|^RESULT\|Error\|[Rr]ecompil\|[Gg]raph break" /tmp/decode_$size.log | cut -c1-400 | tail -${TAIL:-30}
+  grep "^T+\|^DECODE\|^AGREEMENT\|^PACKED\|Error\|[Rr]ecompil\|[Gg]raph break" /tmp/decode_$size.log | cut -c1-400 | tail -${TAIL:-30}
   mkdir -p /tmp/decode; cp /tmp/decode_$size.log /tmp/decode/
   tar -czf /tmp/results/decode_$size.tar.gz -C /tmp decode
   [ -n "${OUT:-}" ] && cp /tmp/results/decode_$size.tar.gz "$OUT"/

@@ -149,7 +149,8 @@ class RolloutMismatch:
         return self.rollout_decoding.suppress_ids if self.rollout_decoding is not None else ()
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self.use_vllm or self.use_transformers_continuous_batching or has_tool_images:
+        if (self.use_vllm or self.use_transformers_continuous_batching or has_tool_images
+                or self.rollout_decoding is None):  # TRL's own paths; None: not built by `vlrl.train.build_trainer`
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
                                                  has_tool_images)
         from transformers import Trainer

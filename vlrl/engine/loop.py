@@ -158,9 +158,9 @@ def _own_mask(base, length: int, full_mask: torch.Tensor):
     (`create_masks_for_generate`) asks whether any position is padding, a host sync every step. None otherwise."""
     if not length or getattr(base.config, "_attn_implementation", None) != "sdpa":
         return None
-    rows, width = full_mask.shape
+    rows, known = full_mask.shape  # the context and the completion budget, of the cache's `length` slots
     padding = torch.ones(rows, length, dtype=torch.bool, device=full_mask.device)
-    padding[:, :width] = full_mask.bool()
+    padding[:, :known] = full_mask.bool()
     slots = torch.arange(length, device=full_mask.device)
     return lambda slot: (padding & (slots <= slot))[:, None, None, :]
 
