@@ -202,7 +202,7 @@ def cmd_eval(args) -> int:
                                          max_seq_length=config.model.max_seq_length, backend=config.model.backend)
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
-        policy = run.pack_base(config, policy, log=distributed.print_main)  # as the run's evals decoded
+    policy = run.pack_base(config, policy, log=distributed.print_main)  # the weights the run's own evals decoded
     eval_ds = run.held_out(config, processor)  # the same items as the run's evals: a pure function of the config
     name = ("eval_adapter" if args.adapter else "eval_base") + (f"_samples{args.samples}" if args.samples else "")
     output = args.output or rd.eval_file(name)

@@ -69,9 +69,9 @@ def load_policy(config: RunConfig, log=print):
 
 
 def pack_base(config: RunConfig, policy, log=print):
-    """A LoRA policy's 4-bit base repacked once into [model] decode_format (`vlrl.engine.weights`): rollouts, evals
-    and the training forward then compute with the packed weights. Unchanged off CUDA, unquantized, on Unsloth, or
-    with decode_format = "nf4"."""
+    """A policy's 4-bit base (LoRA-wrapped or not) repacked once into [model] decode_format (`vlrl.engine.weights`):
+    rollouts, evals and the training forward then compute with the packed weights. Unchanged off CUDA, unquantized,
+    on Unsloth, or with decode_format = "nf4"."""
     import torch
 
     m = config.model
