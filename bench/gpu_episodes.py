@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     from vlrl import config as cfg
     from vlrl import run as stages
     from vlrl.episodes.rollout import settings_for
-    from vlrl.episodes.run import environment
+    from vlrl.run_episodes import environment
 
     config = cfg.preset(args.preset, overrides=[f"model.name_or_path={args.checkpoint}"])
     policy, processor = stages.load_policy(config, print)

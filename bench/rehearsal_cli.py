@@ -117,7 +117,7 @@ class StageClock:
 def skip_evals() -> None:
     """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
     from vlrl import report
-    from vlrl.episodes import run as episode_stages
+    from vlrl import run_episodes as episode_stages
 
     def skipped(*args, **kwargs):
         print("eval: skipped (VLRL_SKIP_EVALS=1)")

@@ -108,7 +108,7 @@ def test_gspo_clip_stops_the_gradient_outside_the_range():
 
 def test_step_seeds_make_groups_from_training_seeds_only():
     c = cfg.preset("grid-tiny", overrides=["training.num_generations=4"])  # 8 episodes a step: two groups of 4
-    from vlrl.episodes.run import seeds
+    from vlrl.run_episodes import seeds
 
     train, held = seeds(c, "train"), seeds(c, "eval")
     assert not set(train) & set(held)

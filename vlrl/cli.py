@@ -84,7 +84,7 @@ def _single_turn(config, command: str) -> None:
 
         raise ConfigError(f"vlrl {command} runs single-turn stages, and this run file has [env] name = "
                           f"{config.env.name!r}; run the episode loop with `vlrl run` (it resumes training from its "
-                          "checkpoints), or call vlrl.episodes.run's stages from Python.")
+                          "checkpoints), or call vlrl.run_episodes' stages from Python.")
 
 
 # --- the commands ---------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def cmd_run(args) -> int:
     from vlrl.distributed import print_main
 
     if config.env.name:  # an episode run: [env] names an environment
-        from vlrl.episodes.run import run
+        from vlrl.run_episodes import run
     else:
         from vlrl.run import run
 

@@ -6,5 +6,6 @@
     warm       the local model's warm start on random-action turns
     evaluate   one record per episode with its frames, resumable
     compare    success (exact McNemar) and return (paired permutation) before and after
-    run        the stages and `run()`, which `vlrl run` calls for a run file with an [env] section
+
+Their stages and `run()`, which `vlrl run` calls for a run file with an [env] section, are `vlrl.run_episodes`.
 """

@@ -213,7 +213,7 @@ def step_seeds(config, step: int, train_seeds: list[int]) -> list[int]:
 
 def checkpoint_activations(policy) -> None:
     """On a CUDA GPU, the decoder layers recompute their activations in the backward pass (gradient checkpointing,
-    as TRL's GSPO there); on the CPU it would only cost time. `vlrl.episodes.run` calls it at load, before any
+    as TRL's GSPO there); on the CPU it would only cost time. `vlrl.run_episodes` calls it at load, before any
     decoding: compiled decoding graphs guard on the flag, so turning it on between the baseline episodes and training
     would compile every cache length's graph again (at the 2B shape on an H200, the first step's 8 sampled episodes
     took 215 s and the 8 eval episodes after it 96 s; how much of that was compiling was not measured apart)."""
