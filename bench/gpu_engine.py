@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_gspo import Timer, build_checkpoint, copy_bandwidth, step_clock, weight_bytes
+from gpu_gspo import SHAPES, Timer, build_checkpoint, copy_bandwidth, step_clock, weight_bytes
 
 START = time.time()
 
@@ -142,7 +142,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--size", default="8b")
+    p.add_argument("--size", default="8b", choices=SHAPES, help="a gpu_gspo.SHAPES shape: 2b .. 8b, qwen3.5-2b .. 9b")
     p.add_argument("--completion", type=int, default=256)
     p.add_argument("--paths", nargs="+", default=["trl", "vlrl"])
     p.add_argument("--steps", type=int, default=2)

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_engine import say
-from gpu_gspo import build_checkpoint, copy_bandwidth, weight_bytes
+from gpu_gspo import SHAPES, build_checkpoint, copy_bandwidth, weight_bytes
 
 
 def contexts(processor, count: int, size: int):
@@ -119,7 +119,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", help="a warm-started tiny model directory: the agreement check")
-    p.add_argument("--size", default="8b")
+    p.add_argument("--size", default="8b", choices=SHAPES, help="a gpu_gspo.SHAPES shape: 2b .. 8b, qwen3.5-2b .. 9b")
     p.add_argument("--paths", nargs="*", default=["generate", "engine"])
     p.add_argument("--rows", type=int, nargs="+", default=[16, 32])
     p.add_argument("--completion", type=int, default=256)

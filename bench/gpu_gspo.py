@@ -1,4 +1,5 @@
-"""GSPO step benchmark on one GPU: Qwen3-VL 2B/4B/8B shapes (real configs, random weights), 512x512 images.
+"""GSPO step benchmark on one GPU: Qwen3-VL 2B/4B/8B and Qwen3.5 2B/4B/9B shapes (real configs, random weights),
+512x512 images.
 
 One process measures one (size, backend, completion length). Step time is split into generation, reward and
 training by timing TRL's own methods; peak memory is torch's allocator peak; decode efficiency compares the measured
@@ -8,6 +9,8 @@ time per decoding step with the time to read the weights once at the measured de
     python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 1024 --fast-generation --micro-batch 4
     python bench/gpu_gspo.py --size 8b --backend bnb4 --completion 1536 --fast-generation --micro-batch 4 \
         --thinking-budget 1024    # the qwen3-vl-8b-thinking-mathvista shape: a thinking prompt, </think> at 1024
+    python bench/gpu_gspo.py --size qwen3.5-2b --backend bf16 --completion 1536 --fast-generation --micro-batch 4 \
+        --thinking-budget 1024    # the qwen3.5-2b-mathvista preset's shape (qwen3.5-9b: --backend bnb4)
 
 Backends: unsloth4 (Unsloth FastVisionModel, 4-bit), bnb4 (transformers + PEFT + bitsandbytes 4-bit),
 bf16 (transformers + PEFT, bf16 weights). `--fast-generation` turns on vlrl's static-cache compiled decoding.
@@ -34,6 +37,43 @@ SHAPES = {
                            "deepstack_visual_indexes": [8, 16, 24]}, "tie": False},
 }
 
+# Qwen3.5 shapes (Qwen/Qwen3.5-{2B,4B,9B} config.json; transformers' Qwen3_5TextConfig defaults are the 9B's): a hybrid
+# language model, Gated DeltaNet linear attention with full attention every fourth layer, head_dim 256 with a quarter
+# rotated, Qwen3.5's 248,320-token vocabulary; a vision tower without deepstack. The 2B's and 4B's values are the hub
+# configs' as recalled for issue 36 (the hub was not reachable from the machine that wrote them): check them against
+# the hub's config.json when it is reachable (`--checkpoint` takes a real checkpoint instead).
+QWEN35_VISION_SMALL = {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16}
+QWEN35_SHAPES = {
+    "qwen3.5-2b": {"text": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 24,
+                            "num_attention_heads": 8, "num_key_value_heads": 2, "linear_num_key_heads": 16,
+                            "linear_num_value_heads": 16}, "vision": QWEN35_VISION_SMALL, "tie": True},
+    "qwen3.5-4b": {"text": {"hidden_size": 2560, "intermediate_size": 9216, "num_hidden_layers": 32,
+                            "num_attention_heads": 16, "num_key_value_heads": 4, "linear_num_key_heads": 16,
+                            "linear_num_value_heads": 32}, "vision": QWEN35_VISION_SMALL, "tie": True},
+    "qwen3.5-9b": {"text": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+                            "num_attention_heads": 16, "num_key_value_heads": 4, "linear_num_key_heads": 16,
+                            "linear_num_value_heads": 32},
+                   "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16},
+                   "tie": False},
+}
+SHAPES.update(QWEN35_SHAPES)
+
+
+def qwen35_config(size: str):
+    from transformers import Qwen3_5Config
+
+    from vlrl.tiny import QWEN35_IDS
+
+    shape = QWEN35_SHAPES[size]
+    text = dict(vocab_size=248320, head_dim=256, max_position_embeddings=262144, rms_norm_eps=1e-6,
+                linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                rope_parameters={"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+                bos_token_id=248044, eos_token_id=248046, pad_token_id=248044, **shape["text"])
+    vision = dict(patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=2304,
+                  out_hidden_size=shape["text"]["hidden_size"], **shape["vision"])
+    return Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=shape["tie"], **QWEN35_IDS)
+
 
 def qwen3_vl_config(size: str):
     from transformers import Qwen3VLConfig
@@ -52,18 +92,22 @@ def qwen3_vl_config(size: str):
 def build_checkpoint(size: str, root: Path) -> Path:
     """A random-weight checkpoint with the real config, saved like a hub checkpoint (bf16), built on the GPU."""
     import torch
-    from transformers import Qwen3VLForConditionalGeneration
+    from transformers import Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration
 
     from vlrl.tiny import build_processor
 
-    path = root / f"qwen3-vl-{size}-random"
+    qwen35 = size in QWEN35_SHAPES
+    path = root / (f"{size}-random" if qwen35 else f"qwen3-vl-{size}-random")
     if (path / "config.json").exists():
         return path
     torch.manual_seed(0)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # the CPU builds the 2B for export checks
-        model = Qwen3VLForConditionalGeneration(qwen3_vl_config(size)).to(torch.bfloat16)
+        if qwen35:
+            model = Qwen3_5ForConditionalGeneration(qwen35_config(size)).to(torch.bfloat16)
+        else:
+            model = Qwen3VLForConditionalGeneration(qwen3_vl_config(size)).to(torch.bfloat16)
     model.save_pretrained(path)
-    build_processor(max_pixels=16384 * 28 * 28).save_pretrained(path)
+    build_processor(max_pixels=16384 * 28 * 28, family="qwen3_5" if qwen35 else "qwen3_vl").save_pretrained(path)
     del model
     torch.cuda.empty_cache()
     return path

@@ -264,11 +264,13 @@ def cmd_data_inspect(args) -> int:
 
 def _inspect_run(args) -> int:
     from vlrl import run, tiny
-    from vlrl.config import LOCAL_MODELS
+    from vlrl.config import LOCAL_FAMILIES, LOCAL_MODELS
 
     config = _config(args)
-    size = LOCAL_MODELS.get(config.model.name_or_path)  # a local model's processor is its random base's: no warm start
-    model_dir = tiny.ensure_base(seed=config.data.seed, size=size, log=print) if size else config.model.name_or_path
+    name = config.model.name_or_path
+    size = LOCAL_MODELS.get(name)  # a local model's processor is its random base's: no warm start
+    model_dir = (tiny.ensure_base(seed=config.data.seed, size=size, family=LOCAL_FAMILIES.get(name, "qwen3_vl"),
+                                  log=print) if size else name)
     processor = _processor(args.processor or model_dir, optional=args.processor is None)
     if processor is None:
         print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "

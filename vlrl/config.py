@@ -27,6 +27,7 @@ from vlrl.sections import (  # noqa: F401
     _SECTIONS,
     BACKENDS,
     EXPORT_FORMATS,
+    LOCAL_FAMILIES,
     LOCAL_MODELS,
     REWARDS,
     TRACKERS,

@@ -17,14 +17,43 @@ from dataclasses import dataclass
 from vlrl import distributed
 
 # Where each supported family keeps its parts inside the Hugging Face model (`model_type` -> module paths, and the
-# Linear leaves LoRA may adapt, as regexes relative to the vision tower). The language model's attention and MLP
-# projections are the same names in every family here (LANGUAGE_TARGETS).
+# Linear leaves LoRA may adapt, as regexes relative to the vision tower or the language model). The language model's
+# attention and MLP projections are the same names in every family here (LANGUAGE_TARGETS); a hybrid family names its
+# other layer kind's projections too (`language_layers`: one regex per kind, relative to a decoder layer, each of
+# which must match).
+# Qwen3.5's Gated DeltaNet layers: LoRA adapts in_proj_qkv (queries, keys, values), in_proj_z (the output gate) and
+# out_proj, the projections that carry the hidden state, as q/k/v/o do in attention. in_proj_a and in_proj_b map
+# the hidden state to one scalar per value head (the decay and the write strength of the recurrence): their width
+# (16-32 outputs at the real shapes) is below LoRA's rank 16, so an adapter there would be a full-rank rewrite of how
+# fast every head forgets, the state's stability, rather than a low-rank correction; they stay frozen.
+QWEN35_LINEAR_ATTENTION = r"linear_attn\.(in_proj_qkv|in_proj_z|out_proj)"
 FAMILIES = {
     "qwen3_vl": {
         "language_model": "model.language_model",
         "vision_tower": "model.visual",
         "projector": r"(merger|deepstack_merger_list\.\d+)\.linear_fc[12]",  # the merger and the deepstack mergers
         "vision_layers": r"blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc[12])",
+    },
+    "qwen3_5": {
+        "language_model": "model.language_model",
+        "vision_tower": "model.visual",
+        "projector": r"merger\.linear_fc[12]",  # no deepstack mergers in Qwen3.5
+        "vision_layers": r"blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc[12])",
+        "language_layers": (r"self_attn\.(q_proj|k_proj|v_proj|o_proj)", r"mlp\.(gate_proj|up_proj|down_proj)",
+                            QWEN35_LINEAR_ATTENTION),
+    },
+    # Qwen3.5-MoE: the shared expert (an MLP every token passes through) is adapted; the routed experts and the
+    # router are not. The routed experts are one fused 3-D parameter per layer (`experts.gate_up_proj`,
+    # `experts.down_proj`), not Linear layers, so PEFT's module LoRA cannot wrap them, and a frozen router keeps the
+    # experts a token is sent to the same in the engine's rollout and the training forward (a router that moves
+    # between them is a known source of rollout/training mismatch in MoE RL).
+    "qwen3_5_moe": {
+        "language_model": "model.language_model",
+        "vision_tower": "model.visual",
+        "projector": r"merger\.linear_fc[12]",
+        "vision_layers": r"blocks\.\d+\.(attn\.(qkv|proj)|mlp\.linear_fc[12])",
+        "language_layers": (r"self_attn\.(q_proj|k_proj|v_proj|o_proj)",
+                            r"mlp\.shared_expert\.(gate_proj|up_proj|down_proj)", QWEN35_LINEAR_ATTENTION),
     },
     "qwen2_5_vl": {
         "language_model": "model.language_model",
@@ -58,7 +87,8 @@ def family_of(model) -> str:
 
 def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_layers: bool = False,
                       language: str = "layers") -> str:
-    """A PEFT `target_modules` regex: the language model's attention and MLP projections (+ projector / vision);
+    """A PEFT `target_modules` regex: the language model's attention and MLP projections (and a hybrid family's
+    linear-attention projections: `FAMILIES[...]["language_layers"]`) (+ projector / vision);
     `language` = "head" adapts its output projection (`lm_head`) instead, "layers+head" both.
 
     Both backends receive this same regex, so a run adapts the same modules on Unsloth and on transformers. Every
@@ -77,8 +107,11 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     vision = re.escape(table["vision_tower"])
     parts = {}
     if language in ("layers", "layers+head"):
-        parts["language_model"] = (rf"{re.escape(table['language_model'])}\.layers\.\d+\.(self_attn|mlp)\."
-                                   rf"({'|'.join(LANGUAGE_TARGETS)})")
+        prefix = rf"{re.escape(table['language_model'])}\.layers\.\d+\."
+        kinds = table.get("language_layers", (rf"(self_attn|mlp)\.({'|'.join(LANGUAGE_TARGETS)})",))
+        parts["language_model"] = rf"{prefix}({'|'.join(kinds)})"
+        if len(kinds) > 1:  # a hybrid family: every layer kind must be found, or one would silently go unadapted
+            parts.update({f"language_model ({kind})": rf"{prefix}{kind}" for kind in kinds})
     if language in ("head", "layers+head"):
         parts["head"] = "lm_head"
     if not parts:
@@ -92,7 +125,7 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
         if not any(re.fullmatch(part, n) for n in linears):
             raise ValueError(f"no Linear layer of {type(model).__name__} matches {part!r}, the {family} {role} "
                              f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
-    return "|".join(f"(?:{p})" for p in parts.values())
+    return "|".join(f"(?:{p})" for role, p in parts.items() if not role.startswith("language_model ("))
 
 
 def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_installed: bool | None = None) -> str:

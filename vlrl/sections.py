@@ -152,8 +152,10 @@ _SECTIONS = {"model": ModelConfig, "data": DataConfig, "training": TrainingConfi
 BACKENDS = ("auto", "unsloth", "transformers")
 DECODE_FORMATS = ("auto", "nf4", "int8", "fp8")  # [model] decode_format (vlrl.engine.weights)
 # The models vlrl builds and warm-starts itself (vlrl.tiny, vlrl.warmstart), by name -> size; tiny-small: the GPU
-# learning demonstration's model.
-LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small"}
+# learning demonstration's model; tiny-qwen3.5(-moe): the tiny Qwen3.5 (dense, MoE), of the family LOCAL_FAMILIES
+# names (the others are Qwen3-VL).
+LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small", "tiny-qwen3.5": "tiny", "tiny-qwen3.5-moe": "tiny"}
+LOCAL_FAMILIES = {"tiny-qwen3.5": "qwen3_5", "tiny-qwen3.5-moe": "qwen3_5_moe"}
 LORA_TARGETS = ("layers", "head", "layers+head")
 LOADERS = ("auto", "synthetic", "mathvista", "geo3k", "virl39k", "generic")  # [data] loader (vlrl.data.LOADERS)
 COLUMNS = ("question", "answer", "image", "id", "choices", "answer_type")  # [data] columns' keys (vlrl.data.Fields)

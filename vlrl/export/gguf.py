@@ -56,12 +56,13 @@ def export_gguf(adapter_dir: str | Path, output_dir: str | Path, *, outtype: str
     """
     if outtype not in GGUF_TYPES:
         raise ValueError(f"outtype {outtype!r}: choose one of {', '.join(GGUF_TYPES)}.")
-    llama_cpp = require_llama_cpp()
-    tools = llama_cpp_tools(log=log)
     started = time.time()
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
     verify_adapter(adapter_dir)
     base_dir = _local_checkpoint(base or adapter_config(adapter_dir)["base_model_name_or_path"])
+    require_verified_family(base_dir)
+    llama_cpp = require_llama_cpp()
+    tools = llama_cpp_tools(log=log)
     output_dir.mkdir(parents=True, exist_ok=True)
     files = {kind: output_dir / f"{kind}-{outtype}.gguf" for kind in ("model", "mmproj", "adapter")}
     seconds = {}
@@ -197,6 +198,22 @@ def _local_checkpoint(name_or_path: str | Path) -> Path:
     except Exception as err:  # offline and not cached, or not a hub id
         raise ExportError(f"the base checkpoint {name_or_path} is neither a local folder nor a downloadable hub id "
                           f"({err}); pass base= (--base) with the base model's folder.") from err
+
+
+# The families whose GGUF files vlrl can verify (gguf_structure's tensor names, llama_check's logits and image
+# embeddings). llama.cpp's converter of llama-cpp-python 0.3.36 also writes Qwen3.5 (QWEN35, QWEN35MOE, with the
+# qwen3vl projector), but the verification knows Qwen3-VL's layout only (deepstack, no linear-attention tensors), and an
+# unverified file is never written under a run.
+GGUF_VERIFIED_FAMILIES = ("qwen3_vl",)
+
+
+def require_verified_family(base_dir: str | Path) -> None:
+    """ExportError in one line unless the base checkpoint's family is one whose GGUF files vlrl verifies."""
+    family = json.loads((Path(base_dir) / "config.json").read_text()).get("model_type")
+    if family not in GGUF_VERIFIED_FAMILIES:
+        raise ExportError(f"gguf export is not available for {family} yet: llama.cpp's converter supports it, but "
+                          f"vlrl verifies GGUF files of {', '.join(GGUF_VERIFIED_FAMILIES)} only; export lora or "
+                          "merged16 and run llama.cpp's convert_hf_to_gguf.py on merged16/ yourself (docs/export.md).")
 
 
 def _checkpoint_dtype(folder: Path) -> str | None:
