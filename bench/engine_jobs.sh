@@ -11,6 +11,9 @@
 #   final: plain TRL at 1024 tokens (one step: eager, nothing to compile), then vlrl on the int8-packed base at 32
 #          at once, at 1024 and 256 tokens
 #   packed: the same for the packed formats FORMATS (default "int8"), at 256 and 1024 tokens
+#   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
+#           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
+#           TRL, with peak memory and the rollout/training mismatch in each JSON
 set -uo pipefail
 source bench/device_setup.sh
 RESULTS=/tmp/results/engine
@@ -64,6 +67,22 @@ plan_packed() {
     > $RESULTS/gspo_packed_256.log 2>&1
   python3 bench/gpu_engine.py --size 8b --completion 1024 --paths $paths --generation-batch ${GEN:-32} \
     --out $RESULTS > $RESULTS/gspo_packed_1024.log 2>&1
+}
+
+plan_qwen35() {
+  TINY=$(python3 -c "from vlrl import config, warmstart; print(warmstart.model_path(config.preset('tiny-qwen3.5')))" \
+    2>/dev/null | tail -1)
+  python3 bench/gpu_engine_decode.py --tiny "$TINY" --paths --out $RESULTS > $RESULTS/agreement_qwen35.log 2>&1
+  for size in qwen3.5-2b qwen3.5-9b; do
+    python3 bench/gpu_engine_decode.py --size $size --paths generate engine --rows 16 32 --completion 256 \
+      --out $RESULTS > $RESULTS/decode_$size.log 2>&1
+  done
+  python3 bench/gpu_gspo.py --size qwen3.5-2b --backend bf16 --fast-generation --micro-batch 4 --completion 1024 \
+    --steps 2 --out $RESULTS > $RESULTS/gspo_qwen3.5-2b_bf16.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
+    > $RESULTS/gspo_qwen3.5-9b_trl.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1024 --paths vlrl vlrl-int8 --generation-batch 16 \
+    --micro-batch 4 --out $RESULTS > $RESULTS/gspo_qwen3.5-9b_vlrl.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

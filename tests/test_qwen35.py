@@ -188,3 +188,20 @@ def test_the_walkthrough_switches_family_by_its_preset_alone():
     cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", [])]
     assert cells and not [c.id for c in cells if re.search(r"qwen|tiny", c.source, re.IGNORECASE)]
     assert {"tiny-qwen3.5", "qwen3.5-2b-mathvista", "qwen3.5-9b-mathvista"} <= set(cfg.presets())
+
+
+@pytest.mark.parametrize("size", ["2b", "4b", "9b"])
+def test_qwen35_presets_carry_the_recipe_and_evaluate_all_of_testmini(size):
+    """The Qwen3-VL presets' recipe and evaluation (ViRL39K, all 1,000 testmini items, never trained on), 4-bit
+    where 24 GB needs it (9B), with room for a thinking block."""
+    preset = cfg.preset(f"qwen3.5-{size}-mathvista")
+    reference = cfg.preset("qwen3-vl-8b-mathvista" if size == "9b" else f"qwen3-vl-{size}-mathvista")
+    m, d, t, e = preset.model, preset.data, preset.training, preset.eval
+    assert (m.name_or_path, m.load_in_4bit) == (f"Qwen/Qwen3.5-{size.upper()}", size == "9b")
+    assert (d, e.source, e.split) == (reference.data, "AI4Math/MathVista", "testmini") and d.source == "TIGER-Lab/ViRL39K"
+    for key in ("recipe", "learning_rate", "num_generations", "max_steps", "reward", "temperature"):
+        assert getattr(t, key) == getattr(reference.training, key), key
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps == 32  # the recipe's completions per step
+    assert t.thinking_budget == e.thinking_budget == 1024 and t.max_completion_length == e.max_new_tokens == 1536
+    crafter = cfg.preset("qwen3.5-2b-crafter")
+    assert crafter.model.name_or_path == "Qwen/Qwen3.5-2B" and crafter.env.name == "crafter"

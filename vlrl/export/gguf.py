@@ -202,8 +202,9 @@ def _local_checkpoint(name_or_path: str | Path) -> Path:
 
 # The families whose GGUF files vlrl can verify (gguf_structure's tensor names, llama_check's logits and image
 # embeddings). llama.cpp's converter of llama-cpp-python 0.3.36 also writes Qwen3.5 (QWEN35, QWEN35MOE, with the
-# qwen3vl projector), but the verification knows Qwen3-VL's layout only (deepstack, no linear-attention tensors), and an
-# unverified file is never written under a run.
+# qwen3vl projector; `--no-mtp`, since transformers saves no multi-token-prediction layers): on the random tiny Qwen3.5
+# at f32, llama.cpp's logits were 3.6e-7 from HF's (checked by hand, issue 36). But the verification knows Qwen3-VL's
+# tensor layout only (deepstack, no linear-attention tensors), and an unverified file is never written under a run.
 GGUF_VERIFIED_FAMILIES = ("qwen3_vl",)
 
 
@@ -212,8 +213,8 @@ def require_verified_family(base_dir: str | Path) -> None:
     family = json.loads((Path(base_dir) / "config.json").read_text()).get("model_type")
     if family not in GGUF_VERIFIED_FAMILIES:
         raise ExportError(f"gguf export is not available for {family} yet: llama.cpp's converter supports it, but "
-                          f"vlrl verifies GGUF files of {', '.join(GGUF_VERIFIED_FAMILIES)} only; export lora or "
-                          "merged16 and run llama.cpp's convert_hf_to_gguf.py on merged16/ yourself (docs/export.md).")
+                          f"vlrl verifies GGUF files of {', '.join(GGUF_VERIFIED_FAMILIES)} only; export merged16 and "
+                          "run llama.cpp's convert_hf_to_gguf.py --no-mtp on merged16/ yourself (docs/export.md).")
 
 
 def _checkpoint_dtype(folder: Path) -> str | None:
