@@ -108,7 +108,8 @@ def test_greedy_tokens_on_the_hybrid_cache_equal_the_eager_path(warm_qwen35, mon
 @pytest.mark.slow
 def test_rollout_training_mismatch_is_as_low_as_qwen3_vl(tmp_path, monkeypatch):
     """Rollouts decoded through the static hybrid cache (the GPU's path) against TRL's training forward over the
-    whole sequence (the chunked delta rule): the same bound as the tiny Qwen3-VL's (tests/test_mismatch.py)."""
+    whole sequence (the chunked delta rule): the same bound as the tiny Qwen3-VL's (tests/test_mismatch.py).
+    Measured on CPU: KL 3.2e-13 and 2.7e-13, max |logp difference| 3.8e-6 and 2.9e-6 (Qwen3-VL: 2.6e-13, 2.9e-6)."""
     from test_mismatch import SAME_PATH_KL, SAME_PATH_LOGP
 
     from vlrl import train
