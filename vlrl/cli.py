@@ -78,7 +78,7 @@ def _activate(config) -> None:
 
 
 def _single_turn(config, command: str) -> None:
-    """`vlrl train` and `vlrl eval` run single-turn stages; an episode run's are stages of `vlrl run`."""
+    """`vlrl eval` scores single-turn items; an episode run's evals are stages of `vlrl run`."""
     if config.env.name:
         from vlrl.errors import ConfigError
 
@@ -105,7 +105,6 @@ def cmd_run(args) -> int:
 
 def cmd_train(args) -> int:
     config = _config(args, default_preset=None if args.resume else "tiny")
-    _single_turn(config, "train")
     _activate(config)
     from vlrl.distributed import print_main
     from vlrl.run import train_only

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vlrl import prompts, thinking
+from vlrl import distributed, prompts, thinking
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
 from vlrl.engine.sampling import Budget
 
@@ -54,7 +54,7 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
                  static: bool = True, record_logps: bool = False) -> Decoding:
     """The `Decoding` of a model and processor: its stop tokens, the vision placeholders suppressed, its pad token,
     the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend,
-    which patches generation its own way."""
+    which patches generation its own way; under FSDP or ZeRO-3 the processes stop together (`Decoding.synced`)."""
     from vlrl.model import backend_of
 
     stops = stop_ids(model, processor)
@@ -63,7 +63,8 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
     return Decoding(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=tuple(stops),
                     suppress_ids=tuple(prompts.vision_token_ids(processor)), pad_id=pad,
                     budget=budget_of(processor, thinking_budget),
-                    static=static and backend_of(model) != "unsloth", record_logps=record_logps)
+                    static=static and backend_of(model) != "unsloth", record_logps=record_logps,
+                    synced=bool(distributed.sharded_launch()) and distributed.world_size() > 1)
 
 
 def complete(model, processor, texts: list[str], images: list[list], decoding: Decoding, *,
