@@ -34,6 +34,15 @@ class Completion:
     prompt_tokens: int
     logps: list[float] | None = None
 
+    @property
+    def content_ids(self) -> list[int]:
+        """The completion's own tokens: `ids` without the stop token that ended it (what an eval counts).
+
+        >>> Completion("7", [22, 151645], "stop", 9).content_ids, Completion("7 7", [22, 22], "length", 9).content_ids
+        ([22], [22, 22])
+        """
+        return self.ids[:-1] if self.finish_reason == "stop" else self.ids
+
 
 def stop_ids(model, tokenizer) -> list[int]:
     """The token ids that end a completion: <|im_end|>, the tokenizer's end-of-sequence and the model's configured
