@@ -54,7 +54,7 @@ def family_of(model) -> str:
     family = getattr(model.config, "model_type", None)
     if family not in FAMILIES:
         raise ConfigError(f"unsupported model family {family!r} ({type(model).__name__}); vlrl knows "
-                         f"{', '.join(FAMILIES)}. Add its module paths to vlrl.model.FAMILIES.")
+                          f"{', '.join(FAMILIES)}. Add its module paths to vlrl.model.FAMILIES.")
     return family
 
 
@@ -75,7 +75,7 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     for role in ("language_model", "vision_tower"):
         if table[role] not in names:
             raise ConfigError(f"{type(model).__name__} has no module {table[role]!r}, where vlrl.model.FAMILIES says "
-                             f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
+                              f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
     vision = re.escape(table["vision_tower"])
     parts = {}
     if language in ("layers", "layers+head"):
@@ -93,7 +93,7 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     for role, part in parts.items():
         if not any(re.fullmatch(part, n) for n in linears):
             raise ConfigError(f"no Linear layer of {type(model).__name__} matches {part!r}, the {family} {role} "
-                             f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
+                              f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
     return "|".join(f"(?:{p})" for p in parts.values())
 
 
@@ -126,10 +126,10 @@ def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_i
         return "transformers"
     if backend == "unsloth" and not cuda:
         raise ConfigError("backend 'unsloth' needs a CUDA GPU and none is visible; set [model] backend = "
-                         "\"transformers\" (or \"auto\") on this machine.")
+                          "\"transformers\" (or \"auto\") on this machine.")
     if backend == "unsloth" and not unsloth_installed:
         raise MissingExtra("backend 'unsloth' needs the GPU extra: pip install 'vlrl[gpu]' (or set [model] "
-                          "backend = \"transformers\").")
+                           "backend = \"transformers\").")
     return backend
 
 
@@ -182,7 +182,6 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         else:
             model, processor = _load_transformers(name_or_path, load_in_4bit)
     except OSError as err:  # no such directory, or a hub id that cannot be reached (offline) or does not exist
-
         offline = " (HF_HUB_OFFLINE is set: only local checkpoints load)" if hub_offline() else ""
         raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r} could not be loaded{offline}: "
                           f"{str(err).splitlines()[0]} Give a local checkpoint directory, a reachable hub id, or "

@@ -83,7 +83,7 @@ def prompt_content(text: str, n_images: int) -> list[dict]:
         from vlrl.errors import DataError
 
         raise DataError(f"the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for {n_images} images; "
-                         "give one placeholder per image, or none (images then come first).")
+                        "give one placeholder per image, or none (images then come first).")
     content = []
     for i, piece in enumerate(pieces):
         if i:

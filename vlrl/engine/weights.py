@@ -201,7 +201,7 @@ def quantize(weight: torch.Tensor, fmt: str = "int8", group: int | None = None) 
     group = group or in_features
     if in_features % group:
         raise ConfigError(f"a weight {in_features} wide does not split into groups of {group}; use a group that "
-                         f"divides it (or group = {in_features}, one scale per output channel).")
+                          f"divides it (or group = {in_features}, one scale per output channel).")
     blocks = weight.float().reshape(out_features, in_features // group, group)
     absmax = blocks.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
     scales = _round_up_bf16(absmax / QMAX[fmt])
@@ -261,7 +261,7 @@ def choose_format(device: torch.device | str | None = None, fmt: str = "auto", b
     capability = torch.cuda.get_device_capability(device)
     if fmt == "fp8" and capability < (8, 9):
         raise ConfigError(f"fp8 weights need an Ada or Hopper GPU (compute capability 8.9+); this one is "
-                         f"{capability[0]}.{capability[1]}: use fmt 'int8'.")
+                          f"{capability[0]}.{capability[1]}: use fmt 'int8'.")
     if backend == "gemlite" and not gemlite:
         raise MissingExtra("backend 'gemlite' needs the gemlite package: pip install 'vlrl[gpu]'.")
     if backend == "auto":
@@ -311,7 +311,7 @@ def pack_for_decoding(model, fmt: str = "auto", *, backend: str = "auto", group:
     layers = packable_layers(model)
     if not layers:
         raise ConfigError(f"{type(model).__name__} has no bitsandbytes 4-bit layer outside its vision tower to pack: "
-                         "load it with load_in_4bit=True (the 8B preset does), or leave decoding as it is.")
+                          "load it with load_in_4bit=True (the 8B preset does), or leave decoding as it is.")
     device = layers[0][1].weight.device
     choice = choose_format(device, fmt, backend)
     report = {**choice, "layers": 0, "bytes_before": 0, "bytes_after": 0, "weight_error": 0.0,
@@ -383,6 +383,6 @@ def verify_packing(model, inputs: dict, reference: torch.Tensor, *, tolerance: f
               "tolerance": tolerance, "kl_tolerance": kl_tolerance, "positions": int(keep.sum())}
     if not torch.isfinite(packed).all() or not relative <= tolerance or not result["mean_kl"] <= kl_tolerance:
         raise ConfigError(f"the packed model's logits are {relative:.2e} (relative RMS; tolerance {tolerance:.0e}) and "
-                         f"{result['mean_kl']:.1e} (mean KL; tolerance {kl_tolerance:.0e}) from the NF4 model's: the "
-                         'repack is wrong; set [model] decode_format = "nf4" to decode from the NF4 layers.')
+                          f"{result['mean_kl']:.1e} (mean KL; tolerance {kl_tolerance:.0e}) from the NF4 model's: the "
+                          'repack is wrong; set [model] decode_format = "nf4" to decode from the NF4 layers.')
     return result
