@@ -91,6 +91,7 @@ def test_an_unreachable_server_is_one_line_within_the_timeout(capsys):
     assert main(["validate", "--preset", "grid-tiny", "--set", 'env.name="http://127.0.0.1:9"']) == 1
     line = _error_line(capsys, "validate")
     assert "no environment server answered at http://127.0.0.1:9/health" in line and "vlrl serve-env" in line
+    assert "--" not in line  # no flag of another command (tests/test_first_hour.py's rule)
     assert time.monotonic() - started < 10
     assert health_problem("openenv-nowhere:1", timeout=0.5) is not None  # a malformed address is a line too
 

@@ -95,8 +95,8 @@ def health_problem(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
         reason = getattr(err, "reason", err)
         if isinstance(reason, TimeoutError) or isinstance(err, TimeoutError):
             reason = f"no answer within {timeout:g} s"
-        return (f"no environment server answered at {url}/health ({reason}); start it first (`vlrl serve-env NAME "
-                "--port PORT`), or check the address.")
+        return (f"no environment server answered at {url}/health ({reason}); start it first (`vlrl serve-env NAME` "
+                "on that port), or check the address.")
 
 
 def _served_options_problem(url: str, options: dict) -> str | None:
