@@ -90,8 +90,8 @@ class TrainingConfig:
     # Thinking models (Qwen3-VL "-Thinking"): the most tokens a rollout thinks inside <think>...</think>; at the budget
     # </think> is forced and the answer follows (vlrl.thinking). 0: no budget. Counted in max_completion_length.
     thinking_budget: int = 0
-    # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
-    # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
+    # The reward set (REWARDS; vlrl.rewards.reward_funcs builds it): "mathvista", MathVista's string and number
+    # rules; "symbolic" also accepts an equivalent expression (math-verify), for geo3k-style answers like 2\sqrt{3}.
     reward: str = "mathvista"
     seed: int = 0
     # Experiment trackers, passed to TRL as report_to: "none", an integration name ("tensorboard", "trackio",

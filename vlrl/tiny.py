@@ -111,7 +111,9 @@ def tiny_config(size: str = "tiny"):
     from transformers import Qwen3VLConfig
 
     if size not in SIZES:
-        raise ValueError(f"unknown tiny model size {size!r}; choose one of {', '.join(SIZES)}")
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"unknown tiny model size {size!r}; choose one of {', '.join(SIZES)}")
     return Qwen3VLConfig(
         text_config=dict(SIZES[size]["text"]), vision_config=dict(SIZES[size]["vision"]), tie_word_embeddings=True,
         image_token_id=151655, video_token_id=151656, vision_start_token_id=151652, vision_end_token_id=151653,

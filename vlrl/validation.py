@@ -229,9 +229,9 @@ def _correction_problems(config: RunConfig) -> list[str]:
 
 
 def _env_problems(config: RunConfig) -> list[str]:
-    """[env]: an episode run's environment, caps and seeds (nothing is imported or contacted: a URL validates
-    offline)."""
-    from vlrl.envs import ENVIRONMENTS, PREFIXES
+    """[env]: an episode run's environment, its options (`vlrl.envs.option_problems`, the check `make` runs), caps
+    and seeds (nothing is built or contacted: a URL validates offline)."""
+    from vlrl.envs import ENVIRONMENTS, PREFIXES, env_options, option_problems
 
     v = config.env
     if not v.name:
@@ -243,8 +243,10 @@ def _env_problems(config: RunConfig) -> list[str]:
         add(f"[env] name = {v.name!r} is no environment; choose one of {', '.join(ENVIRONMENTS)}, gymnasium:ID (a "
             "Gymnasium environment), openenv:URL (an OpenEnv server), the URL of a `vlrl serve-env` server "
             f"(http://127.0.0.1:PORT), or \"\" for a single-turn run.{did_you_mean(v.name, ENVIRONMENTS)}")
-    if v.name.startswith("openenv:") and not v.name[len("openenv:"):].startswith(("http://", "https://")):
+    elif v.name.startswith("openenv:") and not v.name[len("openenv:"):].startswith(("http://", "https://")):
         add(f"[env] name = {v.name!r}: openenv: takes the server's address, e.g. \"openenv:http://127.0.0.1:8000\".")
+    else:
+        problems += [f"[env] options: {line}" for line in option_problems(v.name, env_options(v))]
     if v.actions and not v.name.startswith("gymnasium:"):
         add(f"[env] actions = {v.actions!r} names a Gymnasium environment's actions; {v.name!r} names its own. "
             "Remove it, or use name = \"gymnasium:ID\".")

@@ -34,6 +34,15 @@ class Completion:
     prompt_tokens: int
     logps: list[float] | None = None
 
+    @property
+    def content_ids(self) -> list[int]:
+        """The completion's own tokens: `ids` without the stop token that ended it (what an eval counts).
+
+        >>> Completion("7", [22, 151645], "stop", 9).content_ids, Completion("7 7", [22, 22], "length", 9).content_ids
+        ([22], [22, 22])
+        """
+        return self.ids[:-1] if self.finish_reason == "stop" else self.ids
+
 
 def stop_ids(model, tokenizer) -> list[int]:
     """The token ids that end a completion: <|im_end|>, the tokenizer's end-of-sequence and the model's configured
@@ -73,10 +82,9 @@ def complete(model, processor, texts: list[str], images: list[list], decoding: D
     times each: rows i*draws .. i*draws+draws-1 are context i's. Contexts are left-padded (decoding appends on the
     right) and decoded in one batch."""
     tokenizer = processor.tokenizer
-    tokenizer.padding_side = "left"
     flat = [image for group in images for image in group]
     device = next(model.parameters()).device
-    inputs = dict(processor(text=texts, images=flat or None, return_tensors="pt", padding=True).to(device))
+    inputs = dict(prompts.batch_inputs(processor, texts, flat, padding_side="left").to(device))
     if draws > 1:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         input_ids, rest = base._expand_inputs_for_generation(expand_size=draws, input_ids=inputs.pop("input_ids"),

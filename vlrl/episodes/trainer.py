@@ -31,6 +31,7 @@ from vlrl import dynamic_sampling as redraw
 from vlrl.episodes.context import cap_context, prompt_text
 from vlrl.episodes.rollout import Settings, play, summary
 from vlrl.errors import ConfigError, EnvError
+from vlrl.prompts import batch_inputs
 
 # TRL's loss types by what their reduction divides by: completions (rows), completion tokens of the micro-batch,
 # or a count over the whole generation batch that every pass shares
@@ -324,8 +325,7 @@ class EpisodeRollouts:
                     "completion_mask": torch.zeros_like(one), "advantages": torch.zeros(1, device=device),
                     "num_items_in_batch": num_items}
         flat = [image for r in rows for image in r["images"]]
-        prompts = self.processing_class(text=[r["text"] for r in rows], images=flat or None, return_tensors="pt",
-                                        padding=True, padding_side="left")
+        prompts = batch_inputs(self.processing_class, [r["text"] for r in rows], flat, padding_side="left")
         replies = [torch.tensor(r["reply_ids"]) for r in rows]
         completion_ids = pad(replies, padding_value=pad_id, padding_side="right")
         completion_mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
