@@ -26,8 +26,9 @@ OVERRIDES = ["env.options={size=3, difficulty=1, max_turns=6, shaping=false}"]
 def one_run(draws: int, root: Path) -> dict:
     run_dir = root / f"draws-{draws}"
     started = time.time()
-    command = [sys.executable, "-m", "vlrl", "run", "--preset", "grid-tiny", "--run-dir", str(run_dir),
-               "--set", *OVERRIDES, f"training.dynamic_sampling={draws}"]
+    command = [sys.executable, "-m", "vlrl", "run", "--preset", "grid-tiny", "--run-dir", str(run_dir)]
+    for override in (*OVERRIDES, f"training.dynamic_sampling={draws}"):
+        command += ["--set", override]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")

@@ -434,3 +434,9 @@ def test_episode_runs_take_several_processes_and_refuse_unsloth():
                                               "training.num_generations=4"], num_processes=2).env.name == "grid"
     with pytest.raises(ConfigError, match='backend = "unsloth" with \\[env\\] name'):
         cfg.preset("grid-tiny", overrides=["model.backend=unsloth"])
+
+
+def test_sgd_at_a_large_step_refuses_the_recipes_weight_decay():
+    with pytest.raises(ConfigError, match=r"shrinks every trained weight by 50% a step; set \[training\] weight_d"):
+        cfg.preset("grid-tiny", overrides=["training.weight_decay=-1"])
+    assert cfg.preset("grid-tiny").training.weight_decay == 0.0

@@ -131,6 +131,12 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add("[training] dynamic_sampling keeps each group's own advantages, which a batch-scaled recipe cannot.")
     if t.weight_decay != -1 and not 0 <= t.weight_decay < 1:
         add(f"[training] weight_decay = {t.weight_decay} must be in [0, 1), or -1 for the recipe's (0.1).")
+    elif t.optim == "sgd" and t.learning_rate * (0.1 if t.weight_decay == -1 else t.weight_decay) >= 0.5:
+        decay = 0.1 if t.weight_decay == -1 else t.weight_decay
+        add(f"[training] optim = \"sgd\" at learning_rate {t.learning_rate} with weight_decay {decay}"
+            f"{' (the recipe' + chr(39) + 's)' if t.weight_decay == -1 else ''} shrinks every trained weight by "
+            f"{min(1.0, t.learning_rate * decay):.0%} a step; set [training] weight_decay = 0 (or a value whose "
+            "product with the learning rate is small).")
     top = 100 if t.optim == "sgd" else 1  # SGD's step is the learning rate times the (clipped) gradient
     if not 0 < t.learning_rate < top:
         add(f"[training] learning_rate = {t.learning_rate} must be in (0, {top}); the recipe uses 5e-6.")
