@@ -1,4 +1,4 @@
-"""The fused NF4 kernel alone (`vlrl.nf4_decode`), layer by layer, against bitsandbytes' dequantize + bf16 matmul:
+"""The fused NF4 kernel alone (`bench/nf4_decode.py`), layer by layer, against bitsandbytes' dequantize + bf16 matmul:
 the Qwen3-VL-8B language model's four projection shapes at decode batches of 8 and 32, each call replayed from a CUDA
 graph (as compiled decoding runs it), over a sweep of tile sizes, with `launch_config`'s rule marked.
 
@@ -48,7 +48,7 @@ def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
     import triton
     from bitsandbytes.nn import Linear4bit, Params4bit
 
-    from vlrl import nf4_decode
+    from bench import nf4_decode
 
     layer = Linear4bit(k, n, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=True)
     layer.weight = Params4bit((torch.randn(n, k) * 0.02).to(torch.bfloat16), requires_grad=False,
@@ -92,7 +92,7 @@ def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
 
 
 def main() -> None:
-    from vlrl import nf4_decode
+    from bench import nf4_decode
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)

@@ -21,12 +21,10 @@ grep -E "^wall|^eval:|done in|warm start done" "$RUN_DIR.log"
 python - "$RUN_DIR" <<'PY'
 import json, sys
 run = sys.argv[1]
-rows = [json.loads(line) for line in open(f"{run}/train_log.jsonl")]
-steps = [r["rollout_seconds"] + r["update_seconds"] for r in rows]
-print(f"GSPO steps: {len(rows)}, mean {sum(steps) / len(steps):.1f} s (rollout "
-      f"{sum(r['rollout_seconds'] for r in rows) / len(rows):.1f} s + update "
-      f"{sum(r['update_seconds'] for r in rows) / len(rows):.1f} s); success per step "
-      f"{[round(r['rewards/success/mean'], 2) for r in rows]}")
+rows = [r for r in map(json.loads, open(f"{run}/train_log.jsonl")) if "reward" in r]
+steps = [r["step_time"] for r in rows]
+print(f"GSPO steps: {len(rows)}, mean {sum(steps) / len(steps):.1f} s (TRL's step_time: rollout and update); "
+      f"success per step {[round(r['rewards/success/mean'], 2) for r in rows]}")
 c = json.load(open(f"{run}/comparison.json"))
 print(f"success {c['success_before']:.3f} -> {c['success_after']:.3f} on {c['n_paired']} seeds "
       f"({len(c['failure_to_success'])} failure->success, {len(c['success_to_failure'])} success->failure), "

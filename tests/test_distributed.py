@@ -156,6 +156,29 @@ def test_two_processes_match_one_process_and_resume_to_the_same_adapter(two_proc
     assert [r["loss"] for r in logs[1] if "reward" in r] == pytest.approx([r["loss"] for r in logs[0] if "reward" in r])
 
 
+@pytest.mark.slow
+def test_an_episode_run_trains_in_two_processes(tiny_dir, tmp_path):
+    """`vlrl run` of a small grid run in 2 processes: each plays its half of every step's group and trains on it (the
+    advantages over the whole group, gathered), the main process plays the evals and writes the run directory, and
+    the run directory says 2 processes trained it."""
+    config = cfg.preset("grid-tiny", num_processes=2, overrides=[
+        "training.per_device_train_batch_size=2", "training.num_generations=4", "training.max_steps=2",
+        "training.save_steps=1", "env.max_turns=2", "env.options={size=3, difficulty=1, max_turns=2, shaping=true}",
+        "env.eval_seeds=4"])
+    run_file, out = tmp_path / "grid.toml", tmp_path / "grid"
+    run_file.write_text(cfg.to_toml(config))
+    finish(launch("-m", "vlrl", "run", "--config", str(run_file), "--run-dir", str(out), output=tmp_path / "log"),
+           tmp_path / "log")
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [r for r in log if "reward" in r]
+    assert [r["step"] for r in steps] == [1, 2] and all(r["completions/turns_mean"] > 0 for r in steps)
+    assert json.loads((out / "grpo_config.json").read_text())["vlrl"]["processes"] == 2
+    assert (out / "checkpoints" / "checkpoint-2" / "rng_state_1.pth").exists()  # each process's RNG
+    before = [json.loads(line) for line in (out / "eval_before.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in before] == [0, 1, 2, 3]  # written once, by the main process
+    assert (out / "comparison.json").exists() and (out / "adapter" / "adapter_config.json").exists()
+
+
 # --- one process, and the shipped files ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", distributed.ACCELERATE_CONFIGS)
@@ -233,3 +256,42 @@ def test_sharded_eval_in_one_process_is_the_one_process_eval(monkeypatch, tmp_pa
     monkeypatch.setattr(sharded_eval.one_process, "evaluate", lambda *args, **kwargs: calls.append(kwargs) or [])
     assert sharded_eval.evaluate(None, None, [], tmp_path / "eval.jsonl", batch_size=4, max_new_tokens=8) == []
     assert calls == [{"batch_size": 4, "image_dir": None, "progress": True, "log": None, "max_new_tokens": 8}]
+
+
+def test_a_sharded_eval_round_never_leaves_a_process_without_a_forward(monkeypatch, tmp_path):
+    """Under FSDP every forward is a collective: a process whose share of the last round is empty decodes a stand-in
+    item with the others and keeps nothing of it (3 items, 2 processes, batches of 1: process 1 has no third item)."""
+    calls = []
+
+    def evaluate(model, processor, rows, path, **kwargs):
+        calls.append([r["id"] for r in rows])
+        return [{"id": r["id"], "correct": True} for r in rows]
+
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setattr(distributed, "world_size", lambda: 2)
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    monkeypatch.setattr(distributed, "is_main", lambda: False)
+    monkeypatch.setattr(distributed, "on_main", lambda fn, *a, **k: None)
+    monkeypatch.setattr(distributed, "barrier", lambda: None)
+    gathered = []
+    monkeypatch.setattr(distributed, "all_gather", lambda mine: gathered.append(mine) or [mine])
+    monkeypatch.setattr(sharded_eval.one_process, "evaluate", evaluate)
+    rows = [{"id": f"item-{i}"} for i in range(3)]
+    sharded_eval.evaluate(None, None, rows, tmp_path / "eval.jsonl", batch_size=1)
+    assert calls[:2] == [["item-1"], ["item-2"]]  # round 2: its own share is empty, so item-2 stands in
+    assert gathered == [[{"id": "item-1", "correct": True}], []]  # and nothing of the stand-in is kept
+
+
+def test_sharded_decoding_stops_when_every_process_has(monkeypatch):
+    from vlrl.engine import loop
+
+    reduced = []
+    monkeypatch.setattr(torch.distributed, "all_reduce", lambda t, op: reduced.append(op) or t.zero_())
+    assert loop._all_stopped(torch.tensor([True, True]), synced=False)
+    assert not loop._all_stopped(torch.tensor([True, True]), synced=True)  # another process still decodes
+    assert reduced == [torch.distributed.ReduceOp.MIN]
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="under FSDP: each process plays its own episodes"):
+        cfg.preset("grid-tiny", overrides=["training.per_device_train_batch_size=4", "training.num_generations=4"],
+                   num_processes=2)

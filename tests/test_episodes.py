@@ -1,6 +1,7 @@
-"""Episode runs: the grid environment, the conversation and its image caps, the advantages and GSPO's clipped
-objective, the episode comparison; then, on the tiny model (slow), real rollouts (caps, truncation, invalid actions,
-an environment that raises), a real optimizer step, and episode eval records with resume."""
+"""Episode runs: the grid environment, the conversation and its image caps, the advantages, passes and seeds of the
+episode trainer, the episode comparison; then, on the tiny model (slow), real rollouts (caps, truncation, invalid
+actions, an environment that raises), TRL's loss over a step's turns in passes, an interrupted episode run resumed to
+the uninterrupted one's adapter, and episode eval records with resume."""
 
 import json
 
@@ -11,7 +12,7 @@ from vlrl import config as cfg
 from vlrl.envs import Env, make
 from vlrl.envs.grid import GridEnv, shortest_path
 from vlrl.episodes import compare as ecompare
-from vlrl.episodes import context, gspo
+from vlrl.episodes import context, trainer
 from vlrl.errors import ConfigError
 
 MOVE = "<REASONING>go</REASONING><SOLUTION>{}</SOLUTION>"
@@ -82,39 +83,43 @@ def test_messages_follow_the_openai_schema_and_caps_count_every_drop():
     assert sum(p["type"] == "image" for m in qwen for p in m["content"]) == 2
 
 
-# --- the objective -------------------------------------------------------------------------------------------------
+# --- the objective (TRL's, over turn rows) --------------------------------------------------------------------------
 
-def test_advantage_is_per_episode_relative_to_its_group():
-    adv = gspo.advantages([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0], 4)
-    assert adv[:4] == [0.5, -0.5, 0.5, -0.5] and adv[4:] == [-0.25, -0.25, -0.25, 0.75]
-    scaled = gspo.advantages([1.0, 0.0, 1.0, 0.0], 4, scale=True)
-    assert scaled[0] == pytest.approx(1.0, abs=1e-3)
-    assert gspo.advantages([2.0, 2.0], 2) == [0.0, 0.0]  # one outcome in the group: nothing to learn
-    assert gspo.advantages([1.0, 0.0, 9.0], 3, valid=[True, True, False]) == [0.5, -0.5, None]
-
-
-def test_gspo_clip_stops_the_gradient_outside_the_range():
-    import torch
-
-    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
-    loss, ratio = gspo.gspo_turn_loss(logp, torch.tensor([-1.5, -1.5]), 1.0, 0.2, 0.2)  # ratio e^0.5 > 1.2
-    loss.backward()
-    assert ratio.item() > 1.2 and loss.item() == pytest.approx(-1.2) and logp.grad.abs().sum() == 0
-    logp = torch.tensor([-1.0, -1.0], requires_grad=True)
-    loss, _ = gspo.gspo_turn_loss(logp, logp.detach(), -1.0, 0.2, 0.2)  # on-policy: ratio 1, the gradient is -A/|y|
-    loss.backward()
-    assert logp.grad.tolist() == [0.5, 0.5]
+def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
+    returns = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    adv, flat = trainer.group_advantages(returns, 4, "none")
+    assert adv[:4].tolist() == [0.5, -0.5, 0.5, -0.5] and adv[4:].tolist() == [-0.25, -0.25, -0.25, 0.75]
+    assert flat.tolist() == [False, False]
+    scaled, _ = trainer.group_advantages(torch.tensor([1.0, 0.0, 1.0, 0.0]), 4, "group")
+    assert scaled[0].item() == pytest.approx(0.5 / (1 / 3) ** 0.5, rel=1e-3)  # TRL's std: Bessel-corrected
+    same, flat = trainer.group_advantages(torch.tensor([2.0, 2.0]), 2, "group")
+    assert same.tolist() == [0.0, 0.0] and flat.tolist() == [True]  # one outcome in the group: nothing to learn
+    failed, _ = trainer.group_advantages(torch.tensor([1.0, 0.0, float("nan")]), 3, "none")
+    assert failed[:2].tolist() == [0.5, -0.5] and failed[2].isnan()  # out of the statistics, and trains nothing
 
 
-def test_step_seeds_make_groups_from_training_seeds_only():
-    c = cfg.preset("grid-tiny", overrides=["training.num_generations=4"])  # 8 episodes a step: two groups of 4
-    from vlrl.run_episodes import seeds
+def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
+    rows = [{"prompt_tokens": p, "reply_ids": [0] * r} for p, r in ((90, 10), (280, 20), (150, 50), (800, 100))]
+    chunks = trainer.passes(rows, 600)
+    assert [len(c) for c in chunks] == [2, 1, 1] and [r for c in chunks for r in c] == rows
+    assert [len(c) for c in trainer.passes(rows, 1)] == [1, 1, 1, 1]  # a turn over the budget still trains, alone
+    assert [len(c) for c in trainer.split_even(list(range(5)), 2)] == [3, 2]  # TRL's equal micro-batches, none lost
+    assert [len(c) for c in trainer.split_even(list(range(1)), 2)] == [1, 0]
+    for loss_type in ("grpo", "dr_grpo", "bnpo", "dapo"):  # the weights of a micro-batch's passes add up as TRL sums
+        weights = [trainer.pass_weight(loss_type, 1, n, 3, 60) for n in (10, 20, 30)]
+        assert sum(weights) == pytest.approx(3.0 if loss_type == "dapo" else 1.0)
+    with pytest.raises(ConfigError, match="loss type 'made_up'"):
+        trainer.pass_weight("made_up", 1, 1, 1, 1)
 
-    train, held = seeds(c, "train"), seeds(c, "eval")
-    assert not set(train) & set(held)
-    chosen = gspo.step_seeds(c, 1, train)
-    assert chosen == [train[0]] * 4 + [train[1]] * 4 and set(gspo.step_seeds(c, 17, train)) <= set(train)
-    assert gspo.step_seeds(c, 2, train) == [train[2]] * 4 + [train[3]] * 4  # the next groups, in order
+
+def test_training_seeds_never_meet_the_eval_seeds():
+    from vlrl.episodes.rollout import seeds_for
+
+    c = cfg.preset("grid-tiny", overrides=["training.num_generations=4"])
+    train, held = seeds_for(c, "train"), seeds_for(c, "eval")
+    assert not set(train) & set(held) and len(train) == c.env.train_seeds
+    rows = trainer.seed_dataset(train)
+    assert rows[0]["seed"] == train[0] and rows.num_rows == len(train)
 
 
 # --- the comparison ------------------------------------------------------------------------------------------------
@@ -282,38 +287,82 @@ def test_episode_replies_never_hold_an_image_placeholder(policy):
     assert len(replies) == 4 and not any(set(ids) & set(vision_token_ids(processor)) for ids in replies)
 
 
-@pytest.mark.slow
-def test_a_gspo_step_on_episodes_changes_the_lora_weights(policy):
-    import torch
+def _episode_config(*extra):
+    """grid-tiny, small: 4 episodes of one seed a step, 2 turns each."""
+    return cfg.preset("grid-tiny", overrides=["training.per_device_train_batch_size=4", "training.num_generations=4",
+                                              "training.max_steps=2", "training.save_steps=1", "env.max_turns=2",
+                                              "env.options={size=3, difficulty=1, max_turns=2, shaping=true}",
+                                              *extra])
 
-    from vlrl.episodes.rollout import Settings, play
+
+@pytest.mark.slow
+def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(policy, tmp_path):
+    """The trainer an episode run gets is vlrl's GRPOTrainer; a step's turns split into passes (one per turn here)
+    give the loss and gradient of one pass over them all, for each reduction TRL has."""
+    from vlrl import train
+    from vlrl.episodes.rollout import play
 
     model, processor = policy
+    config = _episode_config()
+    built = train.build_trainer(config, model, processor, trainer.seed_dataset([1_000_000]), tmp_path / "run",
+                                log=lambda *_: None)
+    assert isinstance(built, trainer.EpisodeRollouts) and type(built).__name__.endswith("GRPOTrainer")
+    assert (built.loss_type, built.importance_sampling_level) == ("grpo", "sequence")  # gspo-paper's, from TRL
     torch.manual_seed(1)
-    settings = Settings(max_turns=2, max_new_tokens=6, max_seq_length=4096)
-    episodes = play(model, processor, lambda: make("grid", size=3), [0, 0], settings)
-    samples = gspo.turn_samples(episodes, [1.0, -1.0], processor, settings)
-    assert len(samples) == 4 and {s["advantage"] for s in samples} == {1.0, -1.0}
-    assert all(len(s["images"]) == 1 + (i % 2) for i, s in enumerate(samples))  # each turn's images in its context
-    # one pass per turn (a token budget under every turn) computes the one-pass loss and gradient
-    frozen = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
-    whole, split = (gspo.update(model, processor, samples, frozen, recipe="gspo", max_grad_norm=1.0, max_tokens=n)
-                    for n in (10**6, 1))
-    assert split["loss"] == pytest.approx(whole["loss"], abs=1e-6)
-    assert split["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
-    # and so does recomputing the activations in the backward pass (what a CUDA GPU does: gspo.train)
-    base = model.get_base_model()
-    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    try:
-        recomputed = gspo.update(model, processor, samples, frozen, recipe="gspo", max_grad_norm=1.0, max_tokens=1)
-    finally:
-        base.gradient_checkpointing_disable()
-    assert recomputed["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
-    lora_b = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    result = gspo.update(model, processor, samples, optimizer, recipe="gspo", max_grad_norm=1.0)
-    assert result["grad_norm"] > 0 and result["clip_ratio"] == 0
-    assert any(not torch.equal(p, lora_b[n]) for n, p in model.named_parameters() if "lora_B" in n)
+    settings = built.play_settings
+    episodes = play(model, processor, built.make_env, [0, 0], settings)
+    rows = trainer.turn_rows(episodes, [1.0, -0.5], processor, settings)
+    assert len(rows) == 4 and all(len(r["images"]) == 1 + (i % 2) for i, r in enumerate(rows))  # as generated
+    built.current_gradient_accumulation_steps = 1
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for loss_type in ("grpo", "dr_grpo", "bnpo", "dapo"):
+        built.loss_type = loss_type
+        results = []
+        for budget in (10**6, 1):
+            built.pass_tokens = budget
+            micro = built._micro_batches(rows)[0]
+            assert len(micro["passes"]) == (1 if budget > 1 else 4)
+            loss = built.compute_loss(model, micro)
+            loss.backward()
+            results.append((loss.item(), torch.cat([p.grad.flatten() for p in params]).clone()))
+            for p in params:
+                p.grad = None
+        (whole, whole_grad), (split, split_grad) = results
+        assert split == pytest.approx(whole, abs=1e-6), loss_type
+        assert torch.allclose(split_grad, whole_grad, atol=1e-6) and whole_grad.abs().sum() > 0, loss_type
+
+
+@pytest.mark.slow
+def test_an_interrupted_episode_run_resumes_to_the_uninterrupted_adapter(tmp_path):
+    """Two steps uninterrupted, then the same run cut back to its first checkpoint (a kill right after it) and
+    resumed by `vlrl train --resume`, which takes an episode run as it takes a single-turn one: the same adapter bit
+    for bit on CPU, each step logged once, and the adapter exported and verified."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from vlrl import cli, export
+    from vlrl import run as stages
+    from vlrl.records import read_records
+    from vlrl.run_episodes import train_episodes
+
+    config = _episode_config()
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    stages.start(config, whole)
+    policy, processor = stages.load_policy(config, log=lambda *_: None)
+    train_episodes(config, policy, processor, whole, log=lambda *_: None)
+    shutil.copytree(whole, cut, ignore=shutil.ignore_patterns("checkpoint-2"))
+    assert cli.main(["train", "--run-dir", str(cut), "--resume"]) == 0
+    assert export.verify_adapter(cut / "adapter")["nonzero_lora_B"] > 0
+    adapters = [load_file(str(d / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors")) for d in (whole, cut)]
+    assert all(torch.equal(adapters[0][k], adapters[1][k]) for k in adapters[0])
+    logs = [read_records(d / "train_log.jsonl") for d in (whole, cut)]
+    assert [r["step"] for r in logs[1] if "reward" in r] == [1, 2]  # no row twice
+    assert [r["loss"] for r in logs[1] if "reward" in r] == [r["loss"] for r in logs[0] if "reward" in r]
+    resolved = json.loads((whole / "grpo_config.json").read_text())
+    assert resolved["vlrl"]["processes"] == 1 and resolved["vlrl"]["rollouts"] == "episodes"
+    assert resolved["weight_decay"] == 0.0 and resolved["lr_scheduler_type"] == "cosine"  # the recipe, as set
 
 
 @pytest.mark.slow
@@ -365,7 +414,7 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     assert [r["seed"] for r in before] == [r["seed"] for r in after] == [0, 1, 2, 3]
     assert all(r["env"] == "crafter" and r["length"] >= 1 for r in before + after)
     assert all((run / "episode_frames" / "after" / f).is_file() for r in after for f in r["frames"])
-    steps = read_records(run / "train_log.jsonl")
+    steps = [r for r in read_records(run / "train_log.jsonl") if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2] and (run / "report.html").is_file()
     if any(r["grad_norm"] > 0 for r in steps):
         assert code == 0 and export.verify_adapter(run / "adapter")["nonzero_lora_B"] > 0
@@ -380,7 +429,14 @@ def test_an_episode_runs_rollout_batch_need_not_divide_like_trls():
         cfg.preset("tiny", overrides=["training.generation_batch_size=3"])
 
 
-def test_episode_runs_are_refused_under_several_processes():
-    with pytest.raises(ConfigError, match="episode runs play and train in one process"):
-        cfg.preset("grid-tiny", num_processes=2)
-    assert cfg.preset("grid-tiny", num_processes=1).env.name == "grid"
+def test_episode_runs_take_several_processes_and_refuse_unsloth():
+    assert cfg.preset("grid-tiny", overrides=["training.per_device_train_batch_size=4",
+                                              "training.num_generations=4"], num_processes=2).env.name == "grid"
+    with pytest.raises(ConfigError, match='backend = "unsloth" with \\[env\\] name'):
+        cfg.preset("grid-tiny", overrides=["model.backend=unsloth"])
+
+
+def test_sgd_at_a_large_step_refuses_the_recipes_weight_decay():
+    with pytest.raises(ConfigError, match=r"shrinks every trained weight by 50% a step; set \[training\] weight_d"):
+        cfg.preset("grid-tiny", overrides=["training.weight_decay=-1"])
+    assert cfg.preset("grid-tiny").training.weight_decay == 0.0

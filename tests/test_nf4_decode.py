@@ -1,6 +1,7 @@
-"""The fused NF4 decode kernel (`vlrl.nf4_decode`) against bitsandbytes' own dequantize + matmul: the packed layout,
-ragged tiles, split K, double quantization, bias, `fused_decode` on bitsandbytes layers under PEFT LoRA, and the
-custom op under torch.compile. Without a GPU the kernel runs in triton's interpreter on CPU tensors."""
+"""The fused NF4 decode kernel (`bench/nf4_decode.py`: no run uses it, so it lives in bench/) against bitsandbytes'
+own dequantize + matmul: the packed layout, ragged tiles, split K, double quantization, bias, `fused_decode` on
+bitsandbytes layers under PEFT LoRA, and the custom op under torch.compile. Without a GPU the kernel runs in triton's
+interpreter on CPU tensors."""
 
 import os
 from collections import OrderedDict
@@ -10,16 +11,16 @@ import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when vlrl.nf4_decode defines the kernel
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when bench.nf4_decode defines the kernel
 
 pytest.importorskip("triton", reason="the fused kernel is a triton kernel (triton ships with CUDA builds of torch)")
 bnb = pytest.importorskip("bitsandbytes", reason="the kernel reads bitsandbytes' 4-bit weights: pip install 'vlrl[gpu]'")
 from bitsandbytes import functional as F
 
-from vlrl import nf4_decode
+from bench import nf4_decode
 
 if DEVICE == "cpu" and not nf4_decode.INTERPRET:
-    pytest.skip("vlrl.nf4_decode was imported before TRITON_INTERPRET=1 was set: the kernel has no CPU path then",
+    pytest.skip("bench.nf4_decode was imported before TRITON_INTERPRET=1 was set: the kernel has no CPU path then",
                 allow_module_level=True)
 
 
@@ -163,7 +164,7 @@ TRACE_TRITON_OP = """
 import torch
 from functorch.compile import aot_function
 from torch._subclasses.fake_tensor import FakeTensorMode
-from vlrl import nf4_decode
+from bench import nf4_decode
 
 graphs = []
 traced = aot_function(lambda *args: torch.ops.vlrl.nf4_matmul(*args, 128),

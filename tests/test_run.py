@@ -127,9 +127,25 @@ def test_a_run_directory_holds_one_configuration(tmp_path):
     run_dir = start(tiny, tmp_path / "run").path
     assert config.load(run_dir / "config.toml") == tiny
     assert start(tiny, run_dir).path == run_dir  # the same configuration continues in its directory
+    (run_dir / "eval_before.jsonl").write_text("")  # a stage's results: now the directory is this run's
     other = config.preset("tiny")
     other.training.max_steps = 2
     with pytest.raises(RunDirError, match="holds a run with a different configuration") as refused:
         start(other, run_dir)
     assert "[training] max_steps: 8 -> 2" in str(refused.value)  # it says what changed
     assert config.load(run_dir / "config.toml") == tiny  # left as it was
+
+
+def test_a_run_that_stopped_before_any_result_leaves_no_claim(tmp_path):
+    """A new user's first run stopped at load (a 4-bit preset on a CPU, an option the environment refused) and left
+    config.toml and data_report.json: the corrected rerun takes the directory over instead of being refused."""
+    from vlrl import config
+    from vlrl.run import start
+
+    first = config.preset("tiny")
+    run_dir = start(first, tmp_path / "run").path
+    (run_dir / "data_report.json").write_text("{}")
+    corrected = config.preset("tiny")
+    corrected.training.max_steps = 2
+    assert start(corrected, run_dir).path == run_dir
+    assert config.load(run_dir / "config.toml") == corrected

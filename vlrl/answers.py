@@ -46,7 +46,16 @@ class AnswerFormat:
 
     def completion(self, reasoning: str, answer) -> str:
         """A well-formed completion: what a warm start teaches, and what the format reward scores highest."""
-        return f"{self.reasoning[0]}{reasoning}{self.reasoning[1]}{self.solution[0]}{answer}{self.solution[1]}"
+        return f"{self.reasoning[0]}{reasoning}{self.reasoning[1]}{self.answer(answer)}"
+
+    def answer(self, answer) -> str:
+        """The answer in the solution tags alone: an environment's action as the prompt shows it, and the reply of
+        a model-free policy (`vlrl env play`).
+
+        >>> FORMAT.answer("move_left, do")
+        '<SOLUTION>move_left, do</SOLUTION>'
+        """
+        return f"{self.solution[0]}{answer}{self.solution[1]}"
 
 
 FORMAT = AnswerFormat()

@@ -1,4 +1,5 @@
-"""Where vlrl caches what it builds or fetches once: the tiny models and their warm starts, llama.cpp's converters.
+"""Where vlrl caches what it builds or fetches once: the tiny models and their warm starts, llama.cpp's converters;
+and whether the Hugging Face hub may be reached at all (`hub_offline`).
 
 `$VLRL_CACHE` when set, else ~/.cache/vlrl; read at each call, so a test or a script may point it elsewhere after
 importing vlrl.
@@ -16,3 +17,15 @@ from pathlib import Path
 def cache_dir() -> Path:
     """The cache root: `$VLRL_CACHE`, else ~/.cache/vlrl."""
     return Path(os.environ.get("VLRL_CACHE") or Path.home() / ".cache" / "vlrl")
+
+
+def hub_offline(value: str | None = None) -> bool:
+    """Whether HF_HUB_OFFLINE (or `value`) is on, read as huggingface_hub reads it (1, true, yes, on; any case):
+    only local models and data then load. The one reading of it, for every message and report that says so.
+
+    >>> hub_offline("0"), hub_offline("True"), hub_offline("")
+    (False, True, False)
+    """
+    if value is None:
+        value = os.environ.get("HF_HUB_OFFLINE", "")
+    return value.strip().upper() in ("1", "TRUE", "YES", "ON")

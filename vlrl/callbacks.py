@@ -164,6 +164,8 @@ class StepLine(TrainerCallback):
         """The step's line from its logged metrics, `seconds` after the first step this process trained began (the
         pace by the wall clock: TRL's step_time leaves out parts of a step)."""
         parts = [f"reward {logs['reward']:.2f}" + (f" (std {logs['reward_std']:.2f})" if "reward_std" in logs else "")]
+        if "rewards/success/mean" in logs:  # an episode run: the share of episodes that succeeded
+            parts.append(f"success {logs['rewards/success/mean']:.0%}")
         if "rewards/accuracy" in logs:
             parts.append(f"accuracy {logs['rewards/accuracy']:.0%}")
         if "rewards/format_reward/mean" in logs:

@@ -78,7 +78,7 @@ def _activate(config) -> None:
 
 
 def _single_turn(config, command: str) -> None:
-    """`vlrl train` and `vlrl eval` run single-turn stages; an episode run's are stages of `vlrl run`."""
+    """`vlrl eval` scores single-turn items; an episode run's evals are stages of `vlrl run`."""
     if config.env.name:
         from vlrl.errors import ConfigError
 
@@ -105,7 +105,6 @@ def cmd_run(args) -> int:
 
 def cmd_train(args) -> int:
     config = _config(args, default_preset=None if args.resume else "tiny")
-    _single_turn(config, "train")
     _activate(config)
     from vlrl.distributed import print_main
     from vlrl.run import train_only
@@ -148,11 +147,25 @@ def _check_port(port: int) -> None:
 
 
 def cmd_validate(args) -> int:
+    """The rules (`vlrl.validation`), then what is cheap to build (`vlrl.preflight`): one line each."""
     from vlrl import config as cfg
     from vlrl.distributed import world_size
+    from vlrl.errors import ConfigError
+    from vlrl.preflight import preflight
 
-    config = cfg.resolve(config=args.target, overrides=args.set or (), num_processes=args.processes)
-    print(f"{args.target}: ok (run {config.name!r}, {args.processes or world_size()} process(es))")
+    named = [x for x in (args.target, args.config, args.preset) if x]
+    if len(named) != 1:
+        raise ConfigError("name one run file or preset: `vlrl validate my_run.toml`, or --config FILE, or --preset "
+                          "NAME (`vlrl presets` lists them).")
+    target = named[0]
+    config = cfg.resolve(config=target if not args.preset else None, preset_name=args.preset,
+                         overrides=args.set or (), num_processes=args.processes)
+    checked, problems = preflight(config)
+    if problems:
+        raise ConfigError(problems)
+    print(f"{target}: ok (run {config.name!r}, {args.processes or world_size()} process(es))")
+    for line in checked:
+        print(f"  {line}")
     return 0
 
 

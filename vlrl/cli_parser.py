@@ -23,8 +23,11 @@ COMMANDS = {
     "sft": (("Supervised warm start (full fine-tuning on worked answers) of the run's model, saved as a checkpoint "
             "RL can start from (RUN_DIR/sft)."),
             "vlrl sft --preset tiny --steps 150"),
-    "validate": ("Check a run file or a preset without loading anything: every problem in one pass.",
-                 "vlrl validate my_run.toml\n  vlrl validate qwen3-vl-8b-mathvista --processes 4"),
+    "validate": (("Check a run file or a preset without loading a model: every problem in one pass, then what is "
+                  "cheap to build: the environment ([env], reset once; a server's /health) or the first rows of "
+                  "local data. The hub is never contacted."),
+                 ("vlrl validate my_run.toml\n  vlrl validate --preset grid-tiny --set 'env.options={size=5}'\n  "
+                  "vlrl validate qwen3-vl-8b-mathvista --processes 4")),
     "presets": ("The shipped presets, one a line: name, model, and the data or environment it trains on.",
                 "vlrl presets"),
     "compare": (("Before/after statistics of two eval record files paired by item id: rates with 95% intervals, the "
@@ -93,8 +96,11 @@ def parser() -> argparse.ArgumentParser:
                    "else 150)")
     s.add_argument("--learning-rate", type=float, help="peak learning rate (default: 3e-3, 1e-3 for tiny-small)")
     s.add_argument("--batch-size", type=int, default=16, help="items per step (default: 16)")
-    v = _command(sub, "validate", "validate", "check a run file or preset without loading anything")
-    v.add_argument("target", help="a run file (TOML) or a preset name")
+    v = _command(sub, "validate", "validate", "check a run file or preset without loading a model")
+    v.add_argument("target", nargs="?", help="a run file (TOML) or a preset name (or --config / --preset)")
+    named = v.add_mutually_exclusive_group()
+    named.add_argument("--config", help="a run file (TOML)")
+    named.add_argument("--preset", help="a preset name (vlrl presets lists them)")
     v.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="check with this override applied")
     v.add_argument("--processes", type=int, help="check for a launch of this many processes (default: this one's)")
     _command(sub, "presets", "presets", "list the shipped presets: name, model, data or environment")

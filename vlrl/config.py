@@ -52,6 +52,11 @@ def _toml_value(value) -> str:
     return repr(value)
 
 
+# How a table or list setting is written, for the message that refuses another form.
+FORMS = {"options": "{size = 4, difficulty = 1}", "columns": '{question = "prompt", image = "picture"}',
+         "tasks": '["count", "bar_value"]', "formats": '["lora"]', "actions": '["left", "right"]'}
+
+
 def _coerce(where: str, key: str, value, expected: str, example):
     """`value` checked against the field's type (an int is accepted for a float); raises ConfigError naming the
     right form."""
@@ -63,9 +68,10 @@ def _coerce(where: str, key: str, value, expected: str, example):
         raise ConfigError(f"{where} {key} = {value!r} has the wrong type: {key} takes {name}; "
                           f"write it like {key} = {_toml_value(example)}.")
     if expected == "dict" and not isinstance(value, dict):
-        raise ConfigError(f"{where} {key} = {value!r} must be a table, e.g. {key} = {{size = 4, difficulty = 1}}.")
+        raise ConfigError(f"{where} {key} = {value!r} must be a table, e.g. {key} = {FORMS.get(key, '{...}')}.")
     if expected == "list[str]" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-        raise ConfigError(f"{where} {key} = {value!r} must be a list of strings, e.g. {key} = [\"lora\"].")
+        raise ConfigError(f"{where} {key} = {value!r} must be a list of strings, e.g. {key} = "
+                          f"{FORMS.get(key, '[...]')}.")
     return value
 
 

@@ -29,7 +29,9 @@ def accelerate_config(name: str) -> Path:
     'ddp.yaml'
     """
     if name not in ACCELERATE_CONFIGS:
-        raise ValueError(f"no shipped accelerate config {name!r}; choose one of {', '.join(ACCELERATE_CONFIGS)}.")
+        from vlrl.errors import ConfigError
+
+        raise ConfigError(f"no shipped accelerate config {name!r}; choose one of {', '.join(ACCELERATE_CONFIGS)}.")
     return Path(__file__).resolve().parent / "accelerate_configs" / f"{name}.yaml"
 
 

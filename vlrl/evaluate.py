@@ -218,7 +218,7 @@ def _generate_batch(model, processor, batch, decoding: engine.Decoding, settings
         turn_start = thinking.opening(text)  # the template's "<think>\n": the assistant's turn starts with it
         scored = []
         for c in completions[index * draws:(index + 1) * draws]:  # item i's draws are rows i*draws .. +draws-1
-            kept = c.ids[:-1] if c.finish_reason == "stop" else c.ids  # the stop token is not the completion's
+            kept = c.content_ids
             completion = turn_start + c.text
             scored.append({"completion": completion, **score(completion, row, symbolic=symbolic),
                            "completion_tokens": len(kept), "finish_reason": c.finish_reason,

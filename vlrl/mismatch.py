@@ -142,6 +142,7 @@ class RolloutMismatch:
     rollout_decoding: engine.Decoding | None = None  # how rollouts decode (`vlrl.train.build_trainer` sets it)
     _loss_inputs = None  # the batch whose loss is being computed, until its forward has run
     _totals = None  # this optimizer step's (sums, extremes) so far
+    _more_passes = False  # a micro-batch computed in several passes (episode runs): not its last pass yet
 
     @property
     def suppressed_token_ids(self) -> tuple[int, ...]:
@@ -200,7 +201,7 @@ class RolloutMismatch:
         if self._totals is not None:
             totals = (self._totals[0] + totals[0], torch.maximum(self._totals[1], totals[1]))
         self._totals = totals
-        if self.accelerator.sync_gradients:  # the optimizer step's last micro-batch: one value per step
+        if self.accelerator.sync_gradients and not self._more_passes:  # the step's last micro-batch: one value
             sums = self.accelerator.reduce(totals[0], reduction="sum")
             extremes = self.accelerator.gather(totals[1]).view(-1, totals[1].numel()).amax(dim=0)
             for name, value in mismatch_metrics(sums, extremes).items():

@@ -5,7 +5,7 @@ the fastest path measured on the GPU (bench/results/gpu.md); Unsloth's `FastVisi
 `backend="unsloth"` (`choose_backend` says which and why). Unsloth is imported before transformers and TRL are used
 (`activate_backend`), as it requires. Where each family keeps its
 vision tower, projector and language model is a small table (`FAMILIES`); an unknown family or a path that does not
-exist is a ValueError naming it, never a silent guess. Both backends get the same LoRA targets (`lora_target_regex`).
+exist is a ConfigError naming it, never a silent guess. Both backends get the same LoRA targets (`lora_target_regex`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 
 from vlrl import distributed
+from vlrl.cache import hub_offline
+from vlrl.errors import ConfigError, MissingExtra
 
 # Where each supported family keeps its parts inside the Hugging Face model (`model_type` -> module paths, and the
 # Linear leaves LoRA may adapt, as regexes relative to the vision tower or the language model). The language model's
@@ -77,11 +79,11 @@ class LoraSettings:
 
 
 def family_of(model) -> str:
-    """The model's family key in `FAMILIES` (its `config.model_type`); ValueError for a family vlrl does not know."""
+    """The model's family key in `FAMILIES` (its `config.model_type`); ConfigError for a family vlrl does not know."""
     family = getattr(model.config, "model_type", None)
     if family not in FAMILIES:
-        raise ValueError(f"unsupported model family {family!r} ({type(model).__name__}); vlrl knows "
-                         f"{', '.join(FAMILIES)}. Add its module paths to vlrl.model.FAMILIES.")
+        raise ConfigError(f"unsupported model family {family!r} ({type(model).__name__}); vlrl knows "
+                          f"{', '.join(FAMILIES)}. Add its module paths to vlrl.model.FAMILIES.")
     return family
 
 
@@ -92,7 +94,7 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     `language` = "head" adapts its output projection (`lm_head`) instead, "layers+head" both.
 
     Both backends receive this same regex, so a run adapts the same modules on Unsloth and on transformers. Every
-    part must match at least one Linear layer of `model`; a path in `FAMILIES` that does not is a ValueError naming
+    part must match at least one Linear layer of `model`; a path in `FAMILIES` that does not is a ConfigError naming
     it, never a silent fallback to fewer targets.
     """
     import torch
@@ -102,8 +104,8 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     names = {n for n, _ in model.named_modules()}
     for role in ("language_model", "vision_tower"):
         if table[role] not in names:
-            raise ValueError(f"{type(model).__name__} has no module {table[role]!r}, where vlrl.model.FAMILIES says "
-                             f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
+            raise ConfigError(f"{type(model).__name__} has no module {table[role]!r}, where vlrl.model.FAMILIES says "
+                              f"the {family} {role.replace('_', ' ')} is; fix FAMILIES[{family!r}][{role!r}].")
     vision = re.escape(table["vision_tower"])
     parts = {}
     if language in ("layers", "layers+head"):
@@ -115,7 +117,7 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     if language in ("head", "layers+head"):
         parts["head"] = "lm_head"
     if not parts:
-        raise ValueError(f"language = {language!r}: choose layers, head or layers+head.")
+        raise ConfigError(f"language = {language!r}: choose layers, head or layers+head.")
     if train_projector:
         parts["projector"] = rf"{vision}\.{table['projector']}"
     if finetune_vision_layers:
@@ -123,8 +125,8 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
     linears = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
     for role, part in parts.items():
         if not any(re.fullmatch(part, n) for n in linears):
-            raise ValueError(f"no Linear layer of {type(model).__name__} matches {part!r}, the {family} {role} "
-                             f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
+            raise ConfigError(f"no Linear layer of {type(model).__name__} matches {part!r}, the {family} {role} "
+                              f"targets in vlrl.model.FAMILIES; fix FAMILIES[{family!r}].")
     return "|".join(f"(?:{p})" for role, p in parts.items() if not role.startswith("language_model ("))
 
 
@@ -146,7 +148,7 @@ def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_i
     import importlib.util
 
     if backend not in BACKENDS:
-        raise ValueError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}.")
+        raise ConfigError(f"backend {backend!r} is unknown; choose one of {', '.join(BACKENDS)}.")
     if cuda is None:
         import torch
 
@@ -156,11 +158,11 @@ def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_i
     if backend == "auto":
         return "transformers"
     if backend == "unsloth" and not cuda:
-        raise ValueError("backend 'unsloth' needs a CUDA GPU and none is visible; set [model] backend = "
-                         "\"transformers\" (or \"auto\") on this machine.")
+        raise ConfigError("backend 'unsloth' needs a CUDA GPU and none is visible; set [model] backend = "
+                          "\"transformers\" (or \"auto\") on this machine.")
     if backend == "unsloth" and not unsloth_installed:
-        raise ImportError("backend 'unsloth' needs the GPU extra: pip install 'vlrl[gpu]' (or set [model] "
-                          "backend = \"transformers\").")
+        raise MissingExtra("backend 'unsloth' needs the GPU extra: pip install 'vlrl[gpu]' (or set [model] "
+                           "backend = \"transformers\").")
     return backend
 
 
@@ -202,7 +204,8 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         backend: "auto", "unsloth" or "transformers" (see `choose_backend`).
 
     Returns:
-        (model, processor); the processor pads on the left, for batched generation.
+        (model, processor); the processor pads on the left by default (`_pad_left_for_trl`); vlrl's own batched
+        calls name their side each time (`vlrl.prompts.batch_inputs`), so nothing flips it afterwards.
     """
     backend = activate_backend(backend)
     _expandable_segments()
@@ -212,9 +215,7 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         else:
             model, processor = _load_transformers(name_or_path, load_in_4bit)
     except OSError as err:  # no such directory, or a hub id that cannot be reached (offline) or does not exist
-        from vlrl.errors import ConfigError
-
-        offline = " (HF_HUB_OFFLINE is set: only local checkpoints load)" if os.environ.get("HF_HUB_OFFLINE") else ""
+        offline = " (HF_HUB_OFFLINE is set: only local checkpoints load)" if hub_offline() else ""
         raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r} could not be loaded{offline}: "
                           f"{str(err).splitlines()[0]} Give a local checkpoint directory, a reachable hub id, or "
                           '"tiny".') from None
@@ -280,7 +281,7 @@ def _load_transformers(name_or_path, load_in_4bit):
     kwargs = {}
     if load_in_4bit:
         if not torch.cuda.is_available():
-            raise ValueError("load_in_4bit needs a CUDA GPU (bitsandbytes); set [model] load_in_4bit = false on CPU.")
+            raise ConfigError("load_in_4bit needs a CUDA GPU (bitsandbytes); set [model] load_in_4bit = false on CPU.")
         kwargs["quantization_config"] = bnb_4bit_config()
         kwargs["device_map"] = {"": distributed.local_rank()}  # this process's GPU (a DDP launch: one copy each)
     if torch.cuda.is_available():
@@ -290,7 +291,7 @@ def _load_transformers(name_or_path, load_in_4bit):
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype, **kwargs)
     processor = AutoProcessor.from_pretrained(name_or_path)
-    processor.tokenizer.padding_side = "left"  # batched generation
+    _pad_left_for_trl(processor)
     if torch.cuda.is_available() and not load_in_4bit:
         model = model.to("cuda")
     return model, processor
@@ -302,8 +303,15 @@ def _load_unsloth(name_or_path, load_in_4bit, max_seq_length):
     model, processor = FastVisionModel.from_pretrained(
         name_or_path, load_in_4bit=load_in_4bit, max_seq_length=max_seq_length,
         use_gradient_checkpointing="unsloth")
-    getattr(processor, "tokenizer", processor).padding_side = "left"
+    _pad_left_for_trl(processor)
     return model, processor
+
+
+def _pad_left_for_trl(processor) -> None:
+    """Set once on a processor just loaded, before anything shares it: TRL 1.14.2's GRPOTrainer calls the processor
+    for its images with padding=True and no side (grpo_trainer.py:2591), then lines its per-token
+    mm_token_type_ids up with its left-padded prompt ids, so the default must be left."""
+    getattr(processor, "tokenizer", processor).padding_side = "left"
 
 
 def add_lora(model, lora: LoraSettings, *, finetune_vision_layers: bool = False, backend: str = "transformers"):
@@ -401,7 +409,6 @@ def environment(backend: str = "auto") -> dict:
     first when it is the backend).
     """
     import importlib.metadata
-    import os
     import platform
 
     import torch
@@ -423,6 +430,5 @@ def environment(backend: str = "auto") -> dict:
         chosen = choose_backend(backend)
     except (ValueError, ImportError) as err:
         chosen = f"cannot run: {err}"
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     return {"python": platform.python_version(), **versions, "device": device, "backend": chosen,
-            "hub": "offline (HF_HUB_OFFLINE is set): local models and data only" if offline else "allowed"}
+            "hub": "offline (HF_HUB_OFFLINE is set): local models and data only" if hub_offline() else "allowed"}

@@ -80,8 +80,10 @@ def prompt_content(text: str, n_images: int) -> list[dict]:
     if len(pieces) == 1:
         return [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]
     if len(pieces) - 1 != n_images:
-        raise ValueError(f"the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for {n_images} images; "
-                         "give one placeholder per image, or none (images then come first).")
+        from vlrl.errors import DataError
+
+        raise DataError(f"the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for {n_images} images; "
+                        "give one placeholder per image, or none (images then come first).")
     content = []
     for i, piece in enumerate(pieces):
         if i:
@@ -163,6 +165,14 @@ def prompt_tokens(processor, row: dict) -> int:
     images = row_images(row)
     inputs = processor(text=[text], images=images or None, return_tensors="pt")
     return int(inputs["input_ids"].shape[1])
+
+
+def batch_inputs(processor, texts: list[str], images: list, *, padding_side: str):
+    """The processor's tensors for a batch of rendered contexts and their pictures (in placeholder order), padded on
+    `padding_side`: "left" to decode (new tokens append on the right), "right" for a training forward. Named per
+    call, so no caller changes the shared tokenizer's own setting for the next one.
+    """
+    return processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side=padding_side)
 
 
 LENGTH_COLUMN = "prompt_tokens"  # each prompt's measured length, set by filter_by_length

@@ -6,7 +6,7 @@ completion. `None` means "skip this sample" (the gold answer is unusable); 0.0 m
 formatted". No input makes them raise. rewards/SPEC.md states the rules; rewards/golden/*.jsonl holds the
 cases every port must pass.
 
-The combined reward is R = 0.3 * format + 1.0 * correctness (`REWARD_WEIGHTS`, which `vlrl.config.gspo_config`
+The combined reward is R = 0.3 * format + 1.0 * correctness (`REWARD_WEIGHTS`, which `vlrl.recipe.gspo_config`
 passes to TRL as `reward_weights`):
 
     >>> format_reward(["<REASONING>4-1=3</REASONING><SOLUTION>3</SOLUTION>"])

@@ -185,12 +185,20 @@ def train_policy(config: RunConfig, policy, processor, train_ds, run: str | Path
     return train.train(config, policy, processor, train_ds, run, resume=True, log=log)
 
 
-def export_policy(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print) -> dict:
-    """The adapter (verified from disk), then each other format of [export] formats from it, verified. Returns the
-    checks by format."""
-    run = RunDir.of(run)
-    checks = {"lora": export.export_adapter(policy, processor, run.adapter, run_dir=run.path, log=log)}
-    for fmt in config.export.formats:
+def export_policy(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print, *,
+                  formats=None) -> dict:
+    """The adapter (verified from disk), then each other format of `formats` (default [export] formats) from it,
+    verified. Returns the checks by format. Every process of a launch calls it: under FSDP each holds a shard of the
+    LoRA weights, which are gathered whole first (a collective), and the main process writes."""
+    gathered = distributed.gathered_lora(policy) if distributed.sharded_launch() else None
+    return distributed.on_main(_export, formats or config.export.formats, policy, processor, RunDir.of(run),
+                               gathered, log)
+
+
+def _export(formats, policy, processor, run: RunDir, gathered, log) -> dict:
+    checks = {"lora": export.export_adapter(policy, processor, run.adapter, run_dir=run.path, gathered=gathered,
+                                            log=log)}
+    for fmt in formats:
         if fmt != "lora":
             checks[fmt] = export.export_run(run.path, fmt, log=log)
     return checks
@@ -213,7 +221,8 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
     evaluate_policy(config, policy, processor, eval_ds, rd, "before", log)
 
     banner("4/6 GSPO training", log)
-    train_policy(config, policy, processor, train_ds, rd, log)
+    trainer = train_policy(config, policy, processor, train_ds, rd, log)
+    trained = trainer.model if trainer is not None else policy  # the trainer's (FSDP-wrapped under FSDP)
 
     banner("5/6 eval after training", log)
     evaluate_policy(config, policy, processor, eval_ds, rd, "after", log)
@@ -221,7 +230,7 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
     distributed.on_main(report.render, rd.path, log=log)
 
     banner("6/6 export the adapter (verified from disk)", log)
-    distributed.on_main(export_policy, config, policy, processor, rd, log)
+    export_policy(config, trained, processor, rd, log)
     distributed.on_main(finish, rd, comparison, time.time() - started, log)
     warning = data.training_on_test_warning(config.data.source, config.data.split)
     if warning:  # again at the end of a long log: this run's scores are not a benchmark result
@@ -253,14 +262,21 @@ def train_only(config: RunConfig, run_dir: str | Path | None = None, *, resume: 
             f"{rd.adapter}")
         return None
     policy, processor = load_policy(config, log)  # after the directory's guard: a refusal loads nothing
-    train_ds, _ = prepare(config, processor, rd, log)
+    train_ds = training_rows(config, processor, rd, log)
     trainer = train.train(config, policy, processor, train_ds, rd, resume=resume, log=log)
     trained = trainer.model if trainer is not None else policy  # None: done, `policy` holds the last checkpoint
-    # under FSDP each process holds a shard of the LoRA weights: all gather them, the main process saves them whole
-    gathered = distributed.gathered_lora(trained) if distributed.sharded_launch() else None
-    distributed.on_main(export.export_adapter, trained, processor, rd.adapter, run_dir=rd.path,
-                        gathered=gathered, log=log)
+    export_policy(config, trained, processor, rd, log, formats=("lora",))
     return trainer
+
+
+def training_rows(config: RunConfig, processor, run: RunDir, log=print):
+    """What the trainer draws from: the prepared training prompts, or an episode run's training seeds."""
+    if config.env.name:
+        from vlrl.episodes.rollout import seeds_for
+        from vlrl.episodes.trainer import seed_dataset
+
+        return seed_dataset(seeds_for(config, "train"))
+    return prepare(config, processor, run, log)[0]
 
 
 def held_out(config: RunConfig, processor):

@@ -138,13 +138,24 @@ class RunDir:
             self.config_file.write_text(text)
 
     def check_same(self, config: cfg.RunConfig, *, action: str = "run") -> None:
-        """Raises RunDirError, naming every changed setting, when this directory holds another configuration."""
+        """Raises RunDirError, naming every changed setting, when this directory holds another configuration's
+        work. A run that stopped before any stage wrote its results (a model that would not load, an environment
+        that refused its options) left only its config.toml: the corrected configuration takes the directory over."""
+        if not self.has_results():
+            return
         changed = cfg.differences(config, self.config_file)
         if changed:
             raise RunDirError(
                 f"cannot {action} into {self.path}: it holds a run with a different configuration "
                 f"({'; '.join(changed)}), whose records would mix with this one's. Use another --run-dir, delete "
                 f"that directory, or use the run file it started with ({self.config_file}).")
+
+    def has_results(self) -> bool:
+        """Whether a stage has written anything here besides config.toml and data_report.json (which every run
+        writes again before its first result): records, checkpoints, an adapter."""
+        if not self.path.is_dir():
+            return False
+        return any(entry.name not in (self.config_file.name, self.data_report.name) for entry in self.path.iterdir())
 
     @property
     def config(self) -> cfg.RunConfig:

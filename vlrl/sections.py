@@ -74,6 +74,12 @@ class TrainingConfig:
     # The optimizer (OPTIMIZERS): "" is the recipe's AdamW; "sgd", plain SGD, whose step follows the gradient's size
     # (AdamW moves every weight by about the learning rate, the vocabulary rows of a LoRA head included)
     optim: str = ""
+    # The optimizer's weight decay; -1: the recipe's (0.1, chosen with AdamW at a learning rate near 5e-6). SGD at a
+    # large learning rate wants 0: decay shrinks every weight by learning_rate x weight_decay each step
+    weight_decay: float = -1.0
+    # Dynamic sampling (DAPO): up to this many more draws a step for groups whose rewards are all equal (they teach
+    # nothing), single-turn and episode runs alike (vlrl.dynamic_sampling). 0: off; the share is logged either way
+    dynamic_sampling: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     # Generation and the training forward run different code paths (compiled static-cache decoding, 4-bit, bf16
     # against eager with gradient checkpointing), so the sampled tokens' log-probs differ between them: vlrl.mismatch
@@ -84,8 +90,8 @@ class TrainingConfig:
     # Thinking models (Qwen3-VL "-Thinking"): the most tokens a rollout thinks inside <think>...</think>; at the budget
     # </think> is forced and the answer follows (vlrl.thinking). 0: no budget. Counted in max_completion_length.
     thinking_budget: int = 0
-    # The reward set (vlrl.rewards.REWARD_SETS): "mathvista", MathVista's string and number rules; "symbolic" also
-    # accepts an equivalent expression (math-verify), for geo3k-style answers such as 2\sqrt{3}.
+    # The reward set (REWARDS; vlrl.rewards.reward_funcs builds it): "mathvista", MathVista's string and number
+    # rules; "symbolic" also accepts an equivalent expression (math-verify), for geo3k-style answers like 2\sqrt{3}.
     reward: str = "mathvista"
     seed: int = 0
     # Experiment trackers, passed to TRL as report_to: "none", an integration name ("tensorboard", "trackio",

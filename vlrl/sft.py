@@ -54,7 +54,6 @@ def sft(model_path: str | Path, items: list[dict], output_dir: str | Path, *, ma
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).to(device)
     processor = AutoProcessor.from_pretrained(model_path)
-    processor.tokenizer.padding_side = "right"
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     schedule = get_cosine_schedule_with_warmup(optimizer, max(1, max_steps // 10), max_steps)
     order, rng = [], random.Random(seed)
@@ -79,7 +78,6 @@ def sft(model_path: str | Path, items: list[dict], output_dir: str | Path, *, ma
                 f.write(json.dumps({"step": step, "loss": loss.item(), "learning_rate": schedule.get_last_lr()[0]}) + "\n")
     model.eval()
     model.save_pretrained(str(output_dir))
-    processor.tokenizer.padding_side = "left"
     processor.save_pretrained(str(output_dir))
     _copy_generation_config(model_path, output_dir)
     log(f"warm start done: final loss {loss.item():.3f}")
@@ -97,7 +95,7 @@ def _sft_batch(processor, batch: list[dict]):
     texts = [p + (item["target"] if "target" in item else sft_target(item)) + "<|im_end|>"
              for p, item in zip(texts_in, batch)]
     images = [image for item in batch for image in (item["images"] if "target" in item else [item["image"]])]
-    inputs = processor(text=texts, images=images or None, return_tensors="pt", padding=True)
+    inputs = prompts.batch_inputs(processor, texts, images, padding_side="right")
     prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images or None)["input_ids"]]
     labels = inputs["input_ids"].clone()
     for row, length in enumerate(prompt_lengths):

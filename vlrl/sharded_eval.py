@@ -53,8 +53,13 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     with tempfile.TemporaryDirectory(prefix="vlrl-eval-") as scratch:  # this process's batches, outside the run
         for start in range(0, len(todo), step):
             batch = todo[start + rank * batch_size:start + (rank + 1) * batch_size]
-            mine = one_process.evaluate(model, processor, batch, Path(scratch) / f"{start}.jsonl",
-                                        batch_size=batch_size, progress=False, **options)
+            # sharded weights (FSDP, ZeRO-3): every forward is a collective, so a process whose share of the last
+            # round is empty decodes a stand-in item with the others (decoding is synced) and keeps nothing of it
+            stand_in = not batch and distributed.sharded_launch() is not None
+            mine = one_process.evaluate(model, processor, todo[start:start + 1] if stand_in else batch,
+                                        Path(scratch) / f"{start}.jsonl", batch_size=batch_size, progress=False,
+                                        **options)
+            mine = [] if stand_in else mine
             gathered = distributed.all_gather(mine)
             if distributed.is_main():
                 _append(output_path, [record for records in gathered for record in records])

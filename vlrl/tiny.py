@@ -160,11 +160,13 @@ def tiny_config(size: str = "tiny", family: str = "qwen3_vl"):
     widths."""
     from transformers import Qwen3VLConfig
 
+    from vlrl.errors import ConfigError
+
     if family not in FAMILIES:
-        raise ValueError(f"unknown tiny model family {family!r}; choose one of {', '.join(FAMILIES)}")
+        raise ConfigError(f"unknown tiny model family {family!r}; choose one of {', '.join(FAMILIES)}")
     if size not in SIZES or (family != "qwen3_vl" and size != "tiny"):
         sizes = SIZES if family == "qwen3_vl" else ["tiny"]
-        raise ValueError(f"unknown {family} tiny model size {size!r}; choose one of {', '.join(sizes)}")
+        raise ConfigError(f"unknown {family} tiny model size {size!r}; choose one of {', '.join(sizes)}")
     if family != "qwen3_vl":
         from transformers import Qwen3_5Config, Qwen3_5MoeConfig
 

@@ -1,5 +1,7 @@
-"""GSPO training: TRL's GRPOTrainer (Unsloth's when that backend is active) built from a RunConfig, trained in a
-run directory with checkpoints and exact resume.
+"""GSPO training, the one training core: TRL's GRPOTrainer (Unsloth's when that backend is active) built from a
+RunConfig, trained in a run directory with checkpoints and exact resume. Single-turn runs and episode runs alike: an
+episode run's trainer plays episodes for its rollouts (`vlrl.episodes.trainer`) and is otherwise the same trainer,
+with the same recipe, services and files.
 
 `train()` logs every metric to train_log.jsonl as it goes (`vlrl.callbacks`), writes the resolved trainer settings to
 grpo_config.json, saves a checkpoint (adapter, optimizer, scheduler and RNG state) every `save_steps`, and resumes
@@ -20,9 +22,11 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from vlrl import distributed, engine, mismatch, prompts, rewards, thinking
+from vlrl import distributed, dynamic_sampling, engine, mismatch, prompts, rewards, thinking
 from vlrl.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.config import RunConfig
+from vlrl.episodes import rollout as episode_rollout
+from vlrl.episodes import trainer as episode_trainer
 from vlrl.errors import ConfigError
 from vlrl.model import backend_of
 from vlrl.recipe import gspo_config
@@ -34,10 +38,14 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 
     run, t = RunDir.of(run), config.training
     extra = {}
-    if t.generation_batch_size:  # vlrl's is per process; TRL's counts every process's completions
+    if config.env.name:  # an episode run: one reward (the return); generation_batch_size is episodes played at once
+        extra.update(reward_weights=[1.0], num_iterations=config.env.updates_per_rollout)
+    elif t.generation_batch_size:  # vlrl's is per process; TRL's counts every process's completions
         extra["generation_batch_size"] = t.generation_batch_size * distributed.world_size()
     if t.optim:  # else the recipe's AdamW
         extra["optim"] = t.optim
+    if t.weight_decay >= 0:  # else the recipe's
+        extra["weight_decay"] = t.weight_decay
     args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
@@ -68,12 +76,18 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
     step_line = StepLine(log=log)
-    chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward: format, correctness
-    # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
-    reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), step_line.watch(chosen[1]), *chosen[2:]],
-                                          processor, t.thinking_budget)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
     trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
+    if transformers_backend and not config.env.name:
+        trainer_class = dynamic_sampling.trainer_class(trainer_class)
+    if config.env.name:  # episodes for rollouts (`vlrl.episodes.trainer`): the reward is each episode's return
+        reward_funcs = [episode_trainer.episode_return]
+        trainer_class = episode_trainer.trainer_class(trainer_class)
+    else:
+        chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward: format, correctness
+        # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
+        reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), step_line.watch(chosen[1]), *chosen[2:]],
+                                              processor, t.thinking_budget)
     trainer = trainer_class(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
                             processing_class=processor,
                             callbacks=[monitor, step_line, JsonlLogger(run.train_log), *callbacks])
@@ -83,17 +97,32 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     else:
         log("rollout/training mismatch: not measured on the Unsloth backend, which computes its own loss")
     trainer.degeneration_monitor = monitor
+    trainer.dynamic_sampling = t.dynamic_sampling
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     quiet_progress(trainer)
     _point_trackers(trainer, run, log)
-    if transformers_backend:
+    if config.env.name:
+        _play_episodes(trainer, config, model, processor, args, log)
+    elif transformers_backend:
         trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
     else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
         trainer.generation_config.suppress_tokens = prompts.vision_token_ids(processor)
         trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
+
+
+def _play_episodes(trainer, config: RunConfig, model, processor, args, log) -> None:
+    """An episode run's rollouts: its environment, how episodes are played and decoded (their tokens' log-probs
+    recorded for the mismatch metric), how many at once, and the token budget of a training forward pass."""
+    trainer.make_env = episode_rollout.environment_for(config)
+    trainer.play_settings = episode_rollout.settings_for(config, "train")
+    trainer.episodes_at_once = config.training.generation_batch_size
+    trainer.pass_tokens = config.model.max_seq_length
+    trainer.episode_log = log
+    trainer.rollout_decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
+                                                   temperature=args.temperature, record_logps=True)
 
 
 # GRPOConfig's sampling filters at the values that leave the distribution whole (TRL's defaults)
@@ -173,7 +202,8 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
     t = config.training
     distributed.on_main(_write_resolved_args, trainer, run.grpo_config, backend=backend, recipe=t.recipe,
                         importance_sampling_correction=t.importance_sampling_correction,
-                        importance_sampling_cap=t.importance_sampling_cap)
+                        importance_sampling_cap=t.importance_sampling_cap, processes=distributed.world_size(),
+                        rollouts="episodes" if config.env.name else "completions")
     log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {t.recipe}; resolved settings "
         f"in {run.grpo_config}")
     trainer.train(resume_from_checkpoint=str(last) if last else None)
@@ -192,7 +222,8 @@ def _clear_for(run: RunDir, last: Path | None) -> None:
 
 
 def _write_resolved_args(trainer, path: Path, **extra) -> None:
-    """The GRPOConfig values the trainer actually runs with (after Unsloth's own adjustments), and who ran it."""
+    """The GRPOConfig values the trainer actually runs with (after Unsloth's own adjustments), and who ran it: the
+    trainer's class, the processes that trained (`accelerate launch`), what a rollout was."""
     values = json.loads(trainer.args.to_json_string())
     values["vlrl"] = {**extra, "trainer_class": f"{type(trainer).__module__}.{type(trainer).__name__}",
                       "config_class": f"{type(trainer.args).__module__}.{type(trainer.args).__name__}"}

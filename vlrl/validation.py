@@ -89,9 +89,13 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f'[model] backend = "unsloth" runs in one process, and this launch has {processes}: Unsloth patches '
             'the trainer for one GPU. Use backend = "transformers" (or "auto") under accelerate launch '
             "(docs/multi-gpu.md), or launch one process.")
-    if config.env.name and processes > 1:
-        add(f"[env] name = {config.env.name!r}: episode runs play and train in one process, and this launch has "
-            f"{processes}; run `vlrl run` without accelerate launch (the episode loop is not sharded yet).")
+    if config.env.name and sharded_launch() and processes > 1:
+        add(f"[env] name = {config.env.name!r} under {sharded_launch()}: each process plays its own episodes, so the "
+            "processes decode different numbers of turns, and under sharded weights every forward waits for all of "
+            "them. Launch episode runs with DDP (vlrl/accelerate_configs/ddp.yaml), one model per GPU.")
+    if config.env.name and m.backend == "unsloth":
+        add(f'[model] backend = "unsloth" with [env] name = {config.env.name!r}: episode runs train through vlrl\'s '
+            "GRPOTrainer, whose loss Unsloth's patched trainer replaces. Use backend = \"transformers\" (or \"auto\").")
     if m.load_in_4bit and sharded_launch():
         add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
             "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
@@ -112,6 +116,27 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         if value not in choices:
             add(f"[{section}] {key} = {value!r} is unknown; choose one of {', '.join(map(repr, choices))}."
                 f"{did_you_mean(value, choices)}")
+    if t.dynamic_sampling < 0:
+        add(f"[training] dynamic_sampling = {t.dynamic_sampling} must be 0 (off) or the most extra draws a step.")
+    elif t.dynamic_sampling:
+        local = t.generation_batch_size if t.generation_batch_size and not config.env.name else \
+            t.per_device_train_batch_size * t.gradient_accumulation_steps
+        if t.num_generations > 0 and local % t.num_generations:
+            add(f"[training] dynamic_sampling replaces whole groups within each process, and a process's share of a "
+                f"step ({local} rollouts) is not whole groups of num_generations = {t.num_generations}; make it a "
+                "multiple (per_device_train_batch_size x gradient_accumulation_steps, or generation_batch_size).")
+        if m.backend == "unsloth":
+            add('[training] dynamic_sampling needs the transformers backend: Unsloth patches the rollout it redraws.')
+        if RECIPES.get(t.recipe, {}).get("scale_rewards") == "batch":
+            add("[training] dynamic_sampling keeps each group's own advantages, which a batch-scaled recipe cannot.")
+    if t.weight_decay != -1 and not 0 <= t.weight_decay < 1:
+        add(f"[training] weight_decay = {t.weight_decay} must be in [0, 1), or -1 for the recipe's (0.1).")
+    elif t.optim == "sgd" and t.learning_rate * (0.1 if t.weight_decay == -1 else t.weight_decay) >= 0.5:
+        decay = 0.1 if t.weight_decay == -1 else t.weight_decay
+        add(f"[training] optim = \"sgd\" at learning_rate {t.learning_rate} with weight_decay {decay}"
+            f"{' (the recipe' + chr(39) + 's)' if t.weight_decay == -1 else ''} shrinks every trained weight by "
+            f"{min(1.0, t.learning_rate * decay):.0%} a step; set [training] weight_decay = 0 (or a value whose "
+            "product with the learning rate is small).")
     top = 100 if t.optim == "sgd" else 1  # SGD's step is the learning rate times the (clipped) gradient
     if not 0 < t.learning_rate < top:
         add(f"[training] learning_rate = {t.learning_rate} must be in (0, {top}); the recipe uses 5e-6.")
@@ -210,9 +235,9 @@ def _correction_problems(config: RunConfig) -> list[str]:
 
 
 def _env_problems(config: RunConfig) -> list[str]:
-    """[env]: an episode run's environment, caps and seeds (nothing is imported or contacted: a URL validates
-    offline)."""
-    from vlrl.envs import ENVIRONMENTS, PREFIXES
+    """[env]: an episode run's environment, its options (`vlrl.envs.option_problems`, the check `make` runs), caps
+    and seeds (nothing is built or contacted: a URL validates offline)."""
+    from vlrl.envs import ENVIRONMENTS, PREFIXES, env_options, option_problems
 
     v = config.env
     if not v.name:
@@ -224,8 +249,10 @@ def _env_problems(config: RunConfig) -> list[str]:
         add(f"[env] name = {v.name!r} is no environment; choose one of {', '.join(ENVIRONMENTS)}, gymnasium:ID (a "
             "Gymnasium environment), openenv:URL (an OpenEnv server), the URL of a `vlrl serve-env` server "
             f"(http://127.0.0.1:PORT), or \"\" for a single-turn run.{did_you_mean(v.name, ENVIRONMENTS)}")
-    if v.name.startswith("openenv:") and not v.name[len("openenv:"):].startswith(("http://", "https://")):
+    elif v.name.startswith("openenv:") and not v.name[len("openenv:"):].startswith(("http://", "https://")):
         add(f"[env] name = {v.name!r}: openenv: takes the server's address, e.g. \"openenv:http://127.0.0.1:8000\".")
+    else:
+        problems += [f"[env] options: {line}" for line in option_problems(v.name, env_options(v))]
     if v.actions and not v.name.startswith("gymnasium:"):
         add(f"[env] actions = {v.actions!r} names a Gymnasium environment's actions; {v.name!r} names its own. "
             "Remove it, or use name = \"gymnasium:ID\".")

@@ -29,7 +29,7 @@ from vlrl.data.canonical import (
 )
 from vlrl.data.report import DataReport
 from vlrl.data.sources import VIRL39K_REPO, read_source, source_name, virl39k_files
-from vlrl.errors import DataError
+from vlrl.errors import ConfigError, DataError
 from vlrl.images import MAX_IMAGE_BYTES, undecoded
 
 logger = logging.getLogger(__name__)
@@ -191,9 +191,9 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
                "answer_type_key": answer_type_key}
     spec = replace(fields or Fields(), **{k: v for k, v in changes.items() if v is not None})
     if max_images < 1:
-        raise ValueError(f"max_images = {max_images} must be at least 1.")
+        raise ConfigError(f"max_images = {max_images} must be at least 1.")
     if image_format not in IMAGE_FORMATS:
-        raise ValueError(f"image_format = {image_format!r}; choose one of {', '.join(IMAGE_FORMATS)}.")
+        raise ConfigError(f"image_format = {image_format!r}; choose one of {', '.join(IMAGE_FORMATS)}.")
     name = source_name(source)
     raw, root = read_source(source, split, cache_dir)
     root = Path(image_root).resolve() if image_root is not None else root

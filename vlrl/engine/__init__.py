@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vlrl import prompts, thinking
+from vlrl import distributed, prompts, thinking
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
 from vlrl.engine.sampling import Budget
 
@@ -33,6 +33,15 @@ class Completion:
     finish_reason: str  # "stop" or "length"
     prompt_tokens: int
     logps: list[float] | None = None
+
+    @property
+    def content_ids(self) -> list[int]:
+        """The completion's own tokens: `ids` without the stop token that ended it (what an eval counts).
+
+        >>> Completion("7", [22, 151645], "stop", 9).content_ids, Completion("7 7", [22, 22], "length", 9).content_ids
+        ([22], [22, 22])
+        """
+        return self.ids[:-1] if self.finish_reason == "stop" else self.ids
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -54,7 +63,7 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
                  static: bool = True, record_logps: bool = False) -> Decoding:
     """The `Decoding` of a model and processor: its stop tokens, the vision placeholders suppressed, its pad token,
     the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend,
-    which patches generation its own way."""
+    which patches generation its own way; under FSDP or ZeRO-3 the processes stop together (`Decoding.synced`)."""
     from vlrl.model import backend_of
 
     stops = stop_ids(model, processor)
@@ -63,7 +72,8 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
     return Decoding(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=tuple(stops),
                     suppress_ids=tuple(prompts.vision_token_ids(processor)), pad_id=pad,
                     budget=budget_of(processor, thinking_budget),
-                    static=static and backend_of(model) != "unsloth", record_logps=record_logps)
+                    static=static and backend_of(model) != "unsloth", record_logps=record_logps,
+                    synced=bool(distributed.sharded_launch()) and distributed.world_size() > 1)
 
 
 def complete(model, processor, texts: list[str], images: list[list], decoding: Decoding, *,
@@ -72,10 +82,9 @@ def complete(model, processor, texts: list[str], images: list[list], decoding: D
     times each: rows i*draws .. i*draws+draws-1 are context i's. Contexts are left-padded (decoding appends on the
     right) and decoded in one batch."""
     tokenizer = processor.tokenizer
-    tokenizer.padding_side = "left"
     flat = [image for group in images for image in group]
     device = next(model.parameters()).device
-    inputs = dict(processor(text=texts, images=flat or None, return_tensors="pt", padding=True).to(device))
+    inputs = dict(prompts.batch_inputs(processor, texts, flat, padding_side="left").to(device))
     if draws > 1:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         input_ids, rest = base._expand_inputs_for_generation(expand_size=draws, input_ids=inputs.pop("input_ids"),

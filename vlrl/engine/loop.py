@@ -45,6 +45,9 @@ class Decoding:
             that know their contexts fix both: `min_cache_length` from the data set's longest prompt, `rows` from
             the batch size (smaller batches are padded with rows that attend to one pad token).
         record_logps: record each produced token's log-probability under the distribution it was drawn from.
+        synced: the processes of a launch step together until every process's rows have stopped. Under FSDP or
+            ZeRO-3 each forward gathers the sharded weights from every process, so a process that stopped early
+            would leave the others waiting (`decoding_for` sets it for such a launch).
     """
 
     max_new_tokens: int
@@ -58,6 +61,7 @@ class Decoding:
     cache_bucket: int = CACHE_BUCKET
     min_cache_length: int = 0
     rows: int = 0
+    synced: bool = False
 
 
 @dataclass
@@ -86,6 +90,14 @@ def cache_length(longest_context: int, max_new_tokens: int, *, bucket: int = CAC
     """
     needed = max(longest_context + max_new_tokens, least)
     return -(-needed // bucket) * bucket
+
+
+def _all_stopped(stopped: torch.Tensor, synced: bool) -> bool:
+    """Whether every row has stopped; `synced`: every row of every process of the launch."""
+    done = stopped.all().to(torch.int32)
+    if synced:
+        torch.distributed.all_reduce(done, op=torch.distributed.ReduceOp.MIN)
+    return bool(done)
 
 
 def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
@@ -135,7 +147,8 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
                 token = chooser(logits)
                 tokens[:, step] = token
                 steps = step + 1
-                if steps == decoding.max_new_tokens or (steps % CHECK_EVERY == 0 and bool(chooser.stopped.all())):
+                if steps == decoding.max_new_tokens or (steps % CHECK_EVERY == 0 and
+                                                        _all_stopped(chooser.stopped, decoding.synced)):
                     break
                 positions = positions[..., -1:] + 1
                 # the new token sits at slot width + step: it sees the real context and every token before it

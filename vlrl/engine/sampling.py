@@ -18,7 +18,7 @@ import torch
 @dataclass(frozen=True)
 class Budget:
     """The thinking budget: at most `budget` tokens inside `<think>`...`</think>`, then `</think>` is forced, and
-    `after_id` ("\\n\\n") right after a close at the budget (`vlrl.thinking.ThinkingBudget`'s rule)."""
+    `after_id` ("\\n\\n") right after a close at the budget (`vlrl.thinking.budget_ids`, `AFTER_CLOSE`)."""
 
     budget: int
     start_id: int

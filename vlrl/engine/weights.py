@@ -51,6 +51,8 @@ import time
 
 import torch
 
+from vlrl.errors import ConfigError, MissingExtra
+
 KERNEL_ROWS = 64  # rows up to which gemlite's kernels compute (decoding); beyond, dequantize + cuBLAS (prefill)
 GEMV_ROWS = 2  # up to here gemlite's GEMV kernel, beyond it its split-K GEMM (its own rule for 8-bit weights)
 FP32_SPLITK_SUMS = True  # gemlite's split-K sums in fp32: its output then equals the training path's (see above)
@@ -194,12 +196,12 @@ def quantize(weight: torch.Tensor, fmt: str = "int8", group: int | None = None) 
     ([126, -63], torch.Size([1, 1]), [1.0, -0.5])
     """
     if fmt not in FORMATS:
-        raise ValueError(f"unknown packed format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"unknown packed format {fmt!r}; choose one of {', '.join(FORMATS)}.")
     out_features, in_features = weight.shape
     group = group or in_features
     if in_features % group:
-        raise ValueError(f"a weight {in_features} wide does not split into groups of {group}; use a group that "
-                         f"divides it (or group = {in_features}, one scale per output channel).")
+        raise ConfigError(f"a weight {in_features} wide does not split into groups of {group}; use a group that "
+                          f"divides it (or group = {in_features}, one scale per output channel).")
     blocks = weight.float().reshape(out_features, in_features // group, group)
     absmax = blocks.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
     scales = _round_up_bf16(absmax / QMAX[fmt])
@@ -246,22 +248,22 @@ def choose_format(device: torch.device | str | None = None, fmt: str = "auto", b
     import importlib.util
 
     if fmt != "auto" and fmt not in FORMATS:
-        raise ValueError(f"unknown packed format {fmt!r}; choose auto or one of {', '.join(FORMATS)}.")
+        raise ConfigError(f"unknown packed format {fmt!r}; choose auto or one of {', '.join(FORMATS)}.")
     if backend not in BACKENDS:
-        raise ValueError(f"unknown packing backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
+        raise ConfigError(f"unknown packing backend {backend!r}; choose one of {', '.join(BACKENDS)}.")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     gemlite = importlib.util.find_spec("gemlite") is not None
     if device.type != "cuda":
         if backend == "gemlite":
-            raise ValueError("backend 'gemlite' runs on CUDA GPUs only; use backend 'torch' (or 'auto') here.")
+            raise ConfigError("backend 'gemlite' runs on CUDA GPUs only; use backend 'torch' (or 'auto') here.")
         return {"format": "int8" if fmt == "auto" else fmt, "backend": "torch",
                 "reason": "no GPU: dequantize + F.linear, the same weights the GPU kernel reads"}
     capability = torch.cuda.get_device_capability(device)
     if fmt == "fp8" and capability < (8, 9):
-        raise ValueError(f"fp8 weights need an Ada or Hopper GPU (compute capability 8.9+); this one is "
-                         f"{capability[0]}.{capability[1]}: use fmt 'int8'.")
+        raise ConfigError(f"fp8 weights need an Ada or Hopper GPU (compute capability 8.9+); this one is "
+                          f"{capability[0]}.{capability[1]}: use fmt 'int8'.")
     if backend == "gemlite" and not gemlite:
-        raise ImportError("backend 'gemlite' needs the gemlite package: pip install 'vlrl[gpu]'.")
+        raise MissingExtra("backend 'gemlite' needs the gemlite package: pip install 'vlrl[gpu]'.")
     if backend == "auto":
         if not gemlite or capability < (8, 0):
             if fmt == "auto":
@@ -308,8 +310,8 @@ def pack_for_decoding(model, fmt: str = "auto", *, backend: str = "auto", group:
     started = time.time()
     layers = packable_layers(model)
     if not layers:
-        raise ValueError(f"{type(model).__name__} has no bitsandbytes 4-bit layer outside its vision tower to pack: "
-                         "load it with load_in_4bit=True (the 8B preset does), or leave decoding as it is.")
+        raise ConfigError(f"{type(model).__name__} has no bitsandbytes 4-bit layer outside its vision tower to pack: "
+                          "load it with load_in_4bit=True (the 8B preset does), or leave decoding as it is.")
     device = layers[0][1].weight.device
     choice = choose_format(device, fmt, backend)
     report = {**choice, "layers": 0, "bytes_before": 0, "bytes_after": 0, "weight_error": 0.0,
@@ -380,7 +382,7 @@ def verify_packing(model, inputs: dict, reference: torch.Tensor, *, tolerance: f
     result = {"relative_error": relative, "mean_kl": float(kl.mean()), "max_kl": float(kl.max()),
               "tolerance": tolerance, "kl_tolerance": kl_tolerance, "positions": int(keep.sum())}
     if not torch.isfinite(packed).all() or not relative <= tolerance or not result["mean_kl"] <= kl_tolerance:
-        raise ValueError(f"the packed model's logits are {relative:.2e} (relative RMS; tolerance {tolerance:.0e}) and "
-                         f"{result['mean_kl']:.1e} (mean KL; tolerance {kl_tolerance:.0e}) from the NF4 model's: the "
-                         "repack is wrong; decode from the NF4 layers instead.")
+        raise ConfigError(f"the packed model's logits are {relative:.2e} (relative RMS; tolerance {tolerance:.0e}) and "
+                          f"{result['mean_kl']:.1e} (mean KL; tolerance {kl_tolerance:.0e}) from the NF4 model's: the "
+                          'repack is wrong; set [model] decode_format = "nf4" to decode from the NF4 layers.')
     return result

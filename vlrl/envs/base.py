@@ -19,8 +19,9 @@ from __future__ import annotations
 import base64
 import io
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-from vlrl.answers import extract_solution
+from vlrl.answers import FORMAT, extract_solution
 
 
 @dataclass
@@ -45,12 +46,15 @@ class Step:
 
 
 class Env:
-    """The interface. Subclasses set `name`, `actions` (the action names) and `max_actions` (per turn), and write
-    `reset`, `step` and `metrics`; `describe` and `task_info` come with it."""
+    """The interface. Subclasses set `name`, `actions` (the action names), `max_actions` (per turn) and `OPTIONS`
+    (their keyword arguments' types and bounds), and write `reset`, `step` and `metrics`; `describe` and `task_info`
+    come with it."""
 
     name: str = "env"
     actions: tuple[str, ...] = ()
     max_actions: int = 1
+    # The options' types and bounds (see `option_problems`), checked by `vlrl.envs.make` before anything is built.
+    OPTIONS: ClassVar[dict] = {}
 
     def reset(self, seed: int) -> Observation:
         """Starts the episode of `seed` and returns its first observation."""
@@ -68,7 +72,7 @@ class Env:
         """The action description for the prompt: what the actions are and how to give them."""
         per_turn = "one action" if self.max_actions == 1 else f"up to {self.max_actions} actions, comma-separated,"
         return (f"Actions: {', '.join(self.actions)}. Give {per_turn} inside the solution tags, "
-                f"e.g. <SOLUTION>{self.actions[0] if self.actions else 'noop'}</SOLUTION>.")
+                f"e.g. {FORMAT.answer(self.actions[0] if self.actions else 'noop')}.")
 
     def task_info(self) -> dict:
         """The action space and observation format, as `GET /task_info` of `vlrl serve-env` serves them."""
@@ -110,13 +114,7 @@ def parse_actions(reply, actions, max_actions: int) -> tuple[list[str], str | No
 
 
 def check_options(env_name: str, specs: dict, values: dict) -> None:
-    """Checks an environment's options against their specs before anything is built, so a server answers a
-    bad one at once (400) instead of building it. A spec is (int, low, high), (float, low, high), (bool,) or
-    (str, choices) with choices None for any text up to 200 characters; a None value passes where the default
-    is None.
-
-    Raises:
-        ConfigError: every problem, one line each (`env: key must be ..., got value`).
+    """Raises a ConfigError listing every problem `option_problems` finds; returns None when there is none.
 
     >>> check_options("grid", {"size": (int, 2, 32), "text": (bool,)}, {"size": 100000, "text": "yes"})
     Traceback (most recent call last):
@@ -127,6 +125,19 @@ def check_options(env_name: str, specs: dict, values: dict) -> None:
     """
     from vlrl.errors import ConfigError
 
+    problems = option_problems(env_name, specs, values)
+    if problems:
+        raise ConfigError(problems)
+
+
+def option_problems(env_name: str, specs: dict, values: dict) -> list[str]:
+    """Every value of `values` that does not fit its spec, one line each (`env: key must be ..., got value`). A spec
+    is (int, low, high), (float, low, high), (bool,), (list,) for a list of names, or (str, choices) with choices
+    None for any text up to 200 characters; a key without a spec, and a None value, pass.
+
+    >>> option_problems("grid", {"size": (int, 2, 64)}, {"size": "abc"})
+    ["grid: size must be a whole number in 2..64, got 'abc'"]
+    """
     problems = []
     for key, value in values.items():
         spec = specs.get(key)
@@ -136,6 +147,11 @@ def check_options(env_name: str, specs: dict, values: dict) -> None:
         if kind is bool:
             if not isinstance(value, bool):
                 problems.append(f"{env_name}: {key} must be true or false, got {value!r}")
+        elif kind is list:
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and 0 < len(v) <= 200
+                                                               for v in value):
+                problems.append(f"{env_name}: {key} must be a list of names, e.g. [\"left\", \"right\"], got "
+                                f"{value!r}")
         elif kind is str:
             choices = spec[1]
             if not isinstance(value, str) or len(value) > 200 or (choices is not None and value not in choices):
@@ -148,8 +164,7 @@ def check_options(env_name: str, specs: dict, values: dict) -> None:
             if not (whole if kind is int else numeric) or not low <= value <= high:
                 what = "a whole number" if kind is int else "a number"
                 problems.append(f"{env_name}: {key} must be {what} in {low}..{high}, got {value!r}")
-    if problems:
-        raise ConfigError(problems)
+    return problems
 
 
 def to_data_url(image) -> str:

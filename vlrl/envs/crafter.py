@@ -36,7 +36,7 @@ import copy
 import threading
 
 from vlrl.envs.achievements import ACHIEVEMENTS
-from vlrl.envs.base import Env, Observation, Step, check_options, parse_actions
+from vlrl.envs.base import Env, Observation, Step, parse_actions
 from vlrl.errors import ConfigError, MissingExtra
 
 # Crafter's actions, in its own order (crafter/data.yaml); checked against the installed package on first use.
@@ -125,11 +125,10 @@ class CrafterEnv(Env):
 
     name = "crafter"
     actions = ACTIONS
+    OPTIONS = OPTIONS
 
     def __init__(self, size: int = 256, text: bool = True, max_actions: int = 4, max_turns: int = 50,
                  length: int = 10000, target: str | None = None, area: int = 64):
-        check_options("crafter", OPTIONS, {"size": size, "text": text, "max_actions": max_actions,
-                                           "max_turns": max_turns, "length": length, "target": target, "area": area})
         _crafter()
         self.size, self.text, self.max_actions, self.max_turns = size, text, max_actions, max_turns
         self.length, self.target, self.area = length, target, area

@@ -23,10 +23,10 @@ from __future__ import annotations
 import random
 from collections import deque
 
-from vlrl.envs.base import Env, Observation, Step, check_options, parse_actions
+from vlrl.envs.base import Env, Observation, Step, parse_actions
 
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-# The options' types and bounds, checked before anything is built (a served grid of 100,000 cells a side would
+# The options' types and bounds, checked by `vlrl.envs.make` (and `vlrl validate`) before anything is built (a served grid of 100,000 cells a side would
 # take minutes and gigabytes to lay out; 64 is already more than a picture of `image_size` shows).
 OPTIONS = {"size": (int, 2, 64), "difficulty": (int, 1, 3), "max_turns": (int, 1, 100000), "max_actions": (int, 1, 64),
            "image_size": (int, 8, 1024), "text": (bool,), "shaping": (bool,)}
@@ -39,12 +39,10 @@ class GridEnv(Env):
 
     name = "grid"
     actions = tuple(MOVES)
+    OPTIONS = OPTIONS
 
     def __init__(self, size: int = 4, difficulty: int = 1, max_turns: int = 8, max_actions: int = 1,
                  image_size: int = 64, text: bool = True, shaping: bool = False):
-        check_options("grid", OPTIONS, {"size": size, "difficulty": difficulty, "max_turns": max_turns,
-                                        "max_actions": max_actions, "image_size": image_size, "text": text,
-                                        "shaping": shaping})
         self.size, self.difficulty, self.max_turns, self.max_actions = size, difficulty, max_turns, max_actions
         self.image_size, self.text, self.shaping = image_size, text, shaping
         self._seed = None

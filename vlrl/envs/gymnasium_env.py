@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from vlrl.envs.base import Env, Observation, Step, check_options, parse_actions
+from vlrl.envs.base import Env, Observation, Step, parse_actions
 from vlrl.errors import ConfigError, MissingExtra
 
 # The action names Gymnasium's documentation gives for the environments it ships (which have no
@@ -39,7 +39,7 @@ KNOWN_ACTIONS = {
     "Blackjack": ("stick", "hit"),
 }
 SUCCESS_REWARD = {"FrozenLake": 1.0}  # a FrozenLake episode also terminates in a hole (reward 0)
-OPTIONS = {"max_actions": (int, 1, 64), "max_turns": (int, 1, 100000), "text": (bool,),
+OPTIONS = {"actions": (list,), "max_actions": (int, 1, 64), "max_turns": (int, 1, 100000), "text": (bool,),
            "success_reward": (float, -1e12, 1e12)}
 
 
@@ -82,10 +82,10 @@ class GymnasiumEnv(Env):
         make_options: keyword arguments of `gymnasium.make` (e.g. is_slippery=False, map_name="8x8").
     """
 
+    OPTIONS = OPTIONS  # vlrl's own options; `make_options` are Gymnasium's to check
+
     def __init__(self, env_id: str, actions: list[str] | None = None, max_actions: int = 1, max_turns: int = 100,
                  text: bool = True, success_reward: float | None = None, **make_options):
-        check_options(f"gymnasium:{env_id}", OPTIONS, {"max_actions": max_actions, "max_turns": max_turns,
-                                                       "text": text, "success_reward": success_reward})
         family = env_id.split("/")[-1].split("-v")[0]
         gymnasium = _gymnasium()
         self.name, self.max_actions, self.max_turns, self.text = f"gymnasium:{env_id}", max_actions, max_turns, text

@@ -26,6 +26,7 @@ import contextlib
 import json
 import urllib.error
 import urllib.request
+from typing import ClassVar
 
 from vlrl.envs.base import Env, Observation, Step, parse_actions
 from vlrl.envs.remote import auth_headers
@@ -49,6 +50,10 @@ class OpenEnvEnv(Env):
         api_key: the server's API key (default: ENVIRONMENT_API_KEY, when set).
         reset_options: sent with every reset (OpenEnv's custom reset parameters, e.g. a vlrl server's `size`).
     """
+
+    # the client's own; `reset_options` are the server's to check
+    OPTIONS: ClassVar[dict] = {"action_field": (str, None), "actions": (list,), "max_actions": (int, 1, 64),
+               "timeout": (float, 0.1, 86400), "success_return": (float, -1e12, 1e12), "api_key": (str, None)}
 
     def __init__(self, url: str, action_field: str | None = None, actions: list[str] | None = None,
                  max_actions: int = 1, timeout: float = 60.0, success_return: float = 0.0,

@@ -12,11 +12,12 @@ import json
 import secrets
 
 import vlrl
+from vlrl.answers import FORMAT
 from vlrl.envs.sessions import EnvService, Refused, plain
 
 ACTION_SCHEMA = {"title": "VlrlAction", "type": "object", "additionalProperties": False, "required": ["reply"],
                  "properties": {"reply": {"type": "string", "description": "the model's reply: actions by name, "
-                                          "comma-separated, inside <SOLUTION>...</SOLUTION>"},
+                                          f"comma-separated, inside {FORMAT.answer('...')}"},
                                 "metadata": {"type": "object"}}}
 OBSERVATION_SCHEMA = {"title": "VlrlObservation", "type": "object",
                       "properties": {"image": {"type": ["string", "null"], "description": "a PNG data URL"},

@@ -13,6 +13,7 @@ import json
 import random
 from pathlib import Path
 
+from vlrl.answers import FORMAT
 from vlrl.errors import ConfigError
 
 POLICIES = ("random", "noop")
@@ -25,8 +26,8 @@ def policy_reply(policy: str, actions, rng: random.Random) -> str:
     '<SOLUTION>noop</SOLUTION>'
     """
     if policy == "random":
-        return f"<SOLUTION>{rng.choice(list(actions))}</SOLUTION>"
-    return f"<SOLUTION>{'noop' if 'noop' in actions else actions[0]}</SOLUTION>"
+        return FORMAT.answer(rng.choice(list(actions)))
+    return FORMAT.answer("noop" if "noop" in actions else actions[0])
 
 
 def play(name: str, *, seed: int = 0, policy: str = "random", steps: int = 20, output: str | Path = "play",

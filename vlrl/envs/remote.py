@@ -18,6 +18,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import ClassVar
 
 from vlrl.envs.base import Env, Observation, Step, from_data_url
 from vlrl.errors import EnvError
@@ -32,6 +33,9 @@ class RemoteEnv(Env):
         api_key: the server's API key (default: the ENVIRONMENT_API_KEY variable, when set).
         options: the environment's own settings for this client's episodes (over the server's).
     """
+
+    # the client's own; the environment's options are the server's to check (it answers a refused one with 400)
+    OPTIONS: ClassVar[dict] = {"timeout": (float, 0.1, 86400), "api_key": (str, None)}
 
     def __init__(self, url: str, timeout: float = 60.0, api_key: str | None = None, **options):
         self.url, self.timeout, self.options, self.session = url.rstrip("/"), timeout, options, None

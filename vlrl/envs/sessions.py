@@ -6,9 +6,9 @@ and one line saying what and the fix. `vlrl.envs.server` puts them on HTTP and W
     answer = service.reset({"seed": 3})                  # {"session": ID, "observation": OBS, ...}
     service.step({"session": answer["session"], "action": "<SOLUTION>right</SOLUTION>"})
 
-Options are checked for type and bounds by the environment's constructor before anything is built (a grid of
-100,000 cells a side is a 400 at once, never a layout); options of more than `MAX_OPTIONS` keys are refused
-outright. A session idle for `idle_s` seconds expires: it is closed by the next request that looks (every reset
+Options are checked for type and bounds by `vlrl.envs.make` (`option_problems`, the check every command shares)
+before anything is built (a grid of 100,000 cells a side is a 400 at once, never a layout); options of more than
+`MAX_OPTIONS` keys are refused outright. A session idle for `idle_s` seconds expires: it is closed by the next request that looks (every reset
 sweeps) or by the server's periodic sweep, and naming it answers 404.
 """
 

@@ -2,7 +2,7 @@
 
     context    the conversation in the OpenAI multimodal schema, the image caps, the processor form
     rollout    multi-turn generation batched across episodes (caps, measured context, counted endings)
-    gspo       GSPO over episodes: one advantage per episode, every assistant turn trained with it
+    trainer    GSPO over episodes in TRL's GRPOTrainer: one advantage per episode, every assistant turn a row
     warm       the local model's warm start on random-action turns
     evaluate   one record per episode with its frames, resumable
     compare    success (exact McNemar) and return (paired permutation) before and after

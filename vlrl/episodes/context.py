@@ -29,8 +29,9 @@ SYSTEM = "You act in a visual environment, one turn at a time: answer each obser
 class Settings:
     """How episodes are played: the turn cap, the reply budget and the context budget (tokens, images counted),
     the decoding temperature (0: greedy), the image caps, the observation size (0: as given), whether the
-    environment's text summary is shown (False: image-only) and whether a CUDA GPU decodes each turn with a static
-    KV cache and compiled decoding (`fast_generation`: `vlrl.engine`)."""
+    environment's text summary is shown (False: image-only), whether a CUDA GPU decodes each turn with a static
+    KV cache and compiled decoding (`fast_generation`: `vlrl.engine`) and whether each reply token's sampled log-prob
+    is kept (`record_logps`: the rollout/training mismatch of a training rollout)."""
 
     max_turns: int = 8
     max_new_tokens: int = 40
@@ -41,6 +42,7 @@ class Settings:
     image_size: int = 0
     text: bool = True
     fast_generation: bool = False
+    record_logps: bool = False  # keep each reply token's log-prob where it was sampled (training rollouts)
 
 
 def opening(describe: str, observation, settings: Settings) -> tuple[list[dict], int]:

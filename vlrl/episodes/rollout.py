@@ -20,6 +20,7 @@ counted, and the episode goes on.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field, replace
 
@@ -41,13 +42,14 @@ CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context g
 class Episode:
     """One episode: its full conversation (every image, OpenAI schema), the observations as the environment gave
     them (`frames`, reset's first), one dict per turn and the token ids of each reply as generated (what training
-    scores), how it ended and what was dropped on the way."""
+    scores; with `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
 
     seed: int
     messages: list = field(default_factory=list)
     frames: list = field(default_factory=list)
     turns: list = field(default_factory=list)
     reply_ids: list = field(default_factory=list)
+    reply_logps: list = field(default_factory=list)
     status: str = "running"
     failure: str | None = None
     success: bool = False
@@ -68,6 +70,27 @@ class Episode:
         capped, dropped = cap_context(self.messages, max_images=max_images)
         self.dropped_from_context = max(self.dropped_from_context, dropped)  # a dropped image stays dropped
         return capped
+
+
+def environment_for(config):
+    """A callable that builds a fresh environment of the run's [env] (name or URL, with its options)."""
+    from vlrl.envs import env_options, make
+
+    return functools.partial(make, config.env.name, **env_options(config.env))
+
+
+def seeds_for(config, part: str) -> list[int]:
+    """The run's seeds of `part`: "eval" (the same before and after) or "train" (disjoint from them).
+
+    >>> from vlrl import config
+    >>> c = config.from_dict({"env": {"name": "grid", "eval_seeds": 3, "train_seeds": 2}})
+    >>> seeds_for(c, "eval"), seeds_for(c, "train")
+    ([0, 1, 2], [1000000, 1000001])
+    """
+    from vlrl.sections import ENV_SEEDS
+
+    count = config.env.eval_seeds if part == "eval" else config.env.train_seeds
+    return [ENV_SEEDS[part] + i for i in range(count)]
 
 
 def settings_for(config, when: str) -> Settings:
@@ -126,7 +149,8 @@ def summary(episodes: list[Episode]) -> dict:
 
 def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[Episode]:
     decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
-                                   temperature=settings.temperature, static=settings.fast_generation)
+                                   temperature=settings.temperature, static=settings.fast_generation,
+                                   record_logps=settings.record_logps)
     decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=len(seeds))
     episodes = [Episode(seed=int(seed)) for seed in seeds]
     envs = [None] * len(seeds)
@@ -159,6 +183,8 @@ def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[E
             keep = [active.index(i) for i in fits]
             replies = engine.complete(model, processor, [texts[k] for k in keep], [images[k] for k in keep], decoding)
             for i, k, reply in zip(fits, keep, replies):
+                if reply.logps is not None:
+                    episodes[i].reply_logps.append(reply.logps)
                 _take_turn(episodes[i], envs[i], reply.text, reply.ids, lengths[k], settings)
     finally:
         for episode, env in zip(episodes, envs):

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 
 from vlrl.config import EXPORT_FORMATS
-from vlrl.errors import ExportError
+from vlrl.errors import ConfigError, ExportError
 from vlrl.export.adapter import (
     adapter_config,
     check_reload,
@@ -72,7 +72,7 @@ def export_run(run_dir: str | Path, fmt: str, *, output_dir: str | Path | None =
         that fails its verification.
     """
     if fmt not in EXPORT_FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
+        raise ConfigError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}.")
     run = RunDir(run_dir)
     if not run.path.is_dir():
         raise ExportError(f"no run directory at {run.path}; give the --run-dir of a finished `vlrl run`.")

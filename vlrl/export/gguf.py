@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from vlrl.cache import cache_dir as default_cache
-from vlrl.errors import ExportError
+from vlrl.errors import ConfigError, ExportError
 from vlrl.export.adapter import adapter_config, verify_adapter
 from vlrl.export.gguf_structure import check_gguf_structure
 from vlrl.export.llama_check import check_with_llama_cpp, require_llama_cpp
@@ -55,7 +55,7 @@ def export_gguf(adapter_dir: str | Path, output_dir: str | Path, *, outtype: str
         the files with their sizes, the structural checks, the logit gaps, and the seconds each step took.
     """
     if outtype not in GGUF_TYPES:
-        raise ValueError(f"outtype {outtype!r}: choose one of {', '.join(GGUF_TYPES)}.")
+        raise ConfigError(f"outtype {outtype!r}: choose one of {', '.join(GGUF_TYPES)}.")
     started = time.time()
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
     verify_adapter(adapter_dir)

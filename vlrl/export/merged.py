@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vlrl.errors import ExportError, MissingExtra
+from vlrl.errors import ConfigError, ExportError, MissingExtra
 from vlrl.export.adapter import load_adapted, verify_adapter
 from vlrl.export.probe import TOLERANCE, logits_gap, probe_inputs, probe_logits
 from vlrl.model import bnb_4bit_config
@@ -51,7 +51,7 @@ def export_merged(adapter_dir: str | Path, output_dir: str | Path, *, dtype: str
     from transformers import AutoModelForImageTextToText
 
     if dtype not in MERGED_DTYPES:
-        raise ValueError(f"dtype {dtype!r}: choose one of {', '.join(MERGED_DTYPES)}.")
+        raise ConfigError(f"dtype {dtype!r}: choose one of {', '.join(MERGED_DTYPES)}.")
     if dtype == "4bit":
         _require_bitsandbytes_cuda()
     started = time.time()

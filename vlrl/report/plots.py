@@ -171,7 +171,7 @@ def _length_panel(ax, series: dict) -> bool:
 
 
 def _turns_panel(ax, series: dict) -> bool:
-    """An episode run's turns per episode and invalid actions per step (vlrl.episodes.gspo's log)."""
+    """An episode run's turns per episode and invalid actions per step (the episode trainer's log)."""
     keys = {"completions/turns_mean": "turns per episode", "completions/invalid_actions": "invalid actions"}
     if ax is None:
         return any(key in series for key in keys)

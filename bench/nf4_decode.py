@@ -18,7 +18,8 @@ fills the GPU; their fp32 partial sums meet in atomic adds, so the last bit of a
 Measured on an H100 (bench/results/gpu.md, "Decode table on an H100"), it is not yet the lever it was meant to be:
 each layer reads its weight at 35-66 GB/s, 4-6x slower than bitsandbytes' dequantize + matmul, and an 8B decoding
 step at batch 8 took 85.5 ms against bitsandbytes' 37.5, with the same distributions (per-token KL 5.5e-4 on
-average). So no run uses it. `bench/gpu_decode.py --paths fused` and `bench/gpu_nf4_kernel.py` measure it; the
+average). So no run uses it, and it lives in bench/ rather than the package (vlrl decodes a 4-bit base through
+`vlrl.engine.weights` instead): `bench/gpu_nf4_kernel.py` measures it, tests/test_nf4_decode.py checks it, and the
 results page says what its inner loop would have to change.
 
 `fused_decode(model)` patches every `Linear4bit` instance; PEFT's LoRA layers call their `base_layer`, so the

@@ -1,0 +1,133 @@
+"""Dynamic sampling (`vlrl.dynamic_sampling`): which groups are flat, the seeded draws, which fresh group replaces
+which, rows merged in TRL's batch form; then on the tiny model (slow) a single-turn step whose flat groups are drawn
+again, and an episode step's."""
+
+import json
+import zlib
+
+import pytest
+import torch
+
+from vlrl import config as cfg
+from vlrl import dynamic_sampling as ds
+from vlrl.errors import ConfigError
+
+
+def test_flat_groups_leave_unscored_rows_out():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, float("nan"), 2.0, float("nan"), float("nan")])
+    assert ds.flat_groups(rewards, 2).tolist() == [True, False, True, True]
+
+
+def test_draws_repeat_for_the_same_step_and_differ_between_draws():
+    assert ds.draw(4, 100, 0, 3, 1, 0) == ds.draw(4, 100, 0, 3, 1, 0)
+    assert ds.draw(4, 100, 0, 3, 1, 0) != ds.draw(4, 100, 0, 3, 2, 0) != ds.draw(4, 100, 0, 3, 1, 1)
+    assert all(0 <= i < 5 for i in ds.draw(50, 5, 1, 1, 1, 0))
+
+
+def test_a_flat_group_is_replaced_only_by_a_group_that_differs():
+    assert ds.replacements([True, True, False], [True, False]) == {0: 1}
+    assert ds.replacements([False], [False]) == {}
+
+
+def _batch(prompts, completions, images):
+    """A TRL batch: prompts left-padded, completions right-padded, one picture (grid 1x2x2 = 4 pixel rows) per image."""
+    from trl.trainer.utils import pad
+
+    p = [torch.tensor(x) for x in prompts]
+    c = [torch.tensor(x) for x in completions]
+    out = {"prompt_ids": pad(p, padding_value=9, padding_side="left"),
+           "prompt_mask": pad([torch.ones_like(x) for x in p], padding_value=0, padding_side="left"),
+           "completion_ids": pad(c, padding_value=9, padding_side="right"),
+           "completion_mask": pad([torch.ones_like(x) for x in c], padding_value=0, padding_side="right"),
+           "advantages": torch.arange(len(p), dtype=torch.float32), "num_items_in_batch": torch.tensor(0),
+           "num_images": images, "image_grid_thw": torch.tensor([[1, 2, 2]] * sum(images))}
+    out["pixel_values"] = torch.arange(4 * sum(images) * 3, dtype=torch.float32).view(-1, 3) + 100 * len(p)
+    out["mm_token_type_ids"] = torch.cat([(out["prompt_ids"] == 5).long(), torch.zeros_like(out["completion_ids"])], 1)
+    return out
+
+
+def test_merged_rows_keep_each_rows_tokens_pictures_and_padding():
+    a = _batch([[1, 5], [1, 2, 5]], [[7], [7, 7]], [1, 1])
+    b = _batch([[3, 3, 3, 5]], [[8, 8, 8]], [2])
+    merged = ds.merge_rows([a, b], [(0, 0), (1, 0), (0, 1)], pad_id=9)
+    assert merged["prompt_ids"].tolist() == [[9, 9, 1, 5], [3, 3, 3, 5], [9, 1, 2, 5]]
+    assert merged["prompt_mask"].tolist() == [[0, 0, 1, 1], [1, 1, 1, 1], [0, 1, 1, 1]]
+    assert merged["completion_ids"].tolist() == [[7, 9, 9], [8, 8, 8], [7, 7, 9]]
+    assert merged["mm_token_type_ids"].tolist() == [[0, 0, 0, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0], [0, 0, 0, 1, 0, 0, 0]]
+    assert merged["advantages"].tolist() == [0.0, 0.0, 1.0] and merged["num_images"] == [1, 2, 1]
+    assert torch.equal(merged["pixel_values"], torch.cat([a["pixel_values"][:4], b["pixel_values"],
+                                                          a["pixel_values"][4:]]))
+    with pytest.raises(ValueError, match="cannot merge the batch fields"):
+        ds.merge_rows([{**a, "made_up": torch.zeros(2)}], [(0, 0)], pad_id=9)
+
+
+def test_validation_refuses_groups_split_across_micro_batches_of_a_process():
+    cfg.preset("tiny", overrides=["training.dynamic_sampling=2"])
+    with pytest.raises(ConfigError, match="dynamic_sampling replaces whole groups"):
+        cfg.preset("tiny", overrides=["training.dynamic_sampling=2", "training.per_device_train_batch_size=2",
+                                      "training.gradient_accumulation_steps=1"], num_processes=2)
+    with pytest.raises(ConfigError, match="must be 0 \\(off\\)"):
+        cfg.preset("tiny", overrides=["training.dynamic_sampling=-1"])
+
+
+@pytest.mark.slow
+def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
+    """Rollouts fixed per prompt (as tests/two_process_worker.py's canned answers): the step's first prompt gets one
+    answer four times (a flat group), every other prompt four different answers. With dynamic sampling the flat group
+    is replaced by a fresh one that differs; the logged rewards stay the first draw's."""
+    from vlrl import run, train
+
+    config = cfg.preset("tiny", overrides=["training.max_steps=1", "training.dynamic_sampling=4",
+                                           "training.per_device_train_batch_size=8",
+                                           "training.gradient_accumulation_steps=1"])
+    policy, processor = run.load_policy(config, log=lambda *_: None)
+    train_ds, _ = run.prepare(config, processor, log=lambda *_: None)
+    trainer = train.build_trainer(config, policy, processor, train_ds, tmp_path, log=lambda *_: None)
+    tokenizer = processor.tokenizer
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    answers = [tokenizer.encode(t, add_special_tokens=False) + [end] for t in
+               ("<REASONING>a</REASONING><SOLUTION>3</SOLUTION>", "<SOLUTION>5</SOLUTION>", "it is 2", "<REASONING>")]
+    flat = []  # the prompt that always gets the same answer
+
+    def generate(prompt_ids, *args, **kwargs):
+        copies, out = {}, []
+        for ids in prompt_ids:
+            key = zlib.crc32(str(tuple(ids)).encode())
+            flat[:] = flat or [key]
+            j = copies[key] = copies.get(key, -1) + 1
+            out.append(list(answers[0 if key == flat[0] else j % 4]))
+        return out, None
+
+    trainer._generate_single_turn = generate
+    batch = trainer._generate_and_score_completions([train_ds[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)])
+    completions = batch["completion_ids"].view(2, 4, -1)
+    assert all(len({tuple(row.tolist()) for row in group}) == 4 for group in completions)  # no flat group left
+    metrics = trainer._metrics["train"]
+    assert metrics["frac_reward_zero_std"] == [0.5] and metrics["dynamic_sampling/extra_groups"] == [1.0]
+    assert metrics["dynamic_sampling/frac_zero_std_after"] == [0.0]
+    assert len(metrics["reward"]) == 1  # the first draw's, not the redraws'
+    assert batch["advantages"].view(2, 4).abs().sum(dim=1).gt(0).all()
+    assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
+
+
+@pytest.mark.slow
+def test_an_episode_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
+    """Grid episodes without shaping: success or not, so a group often ends all-equal. The redrawn step has no flat
+    group left (or says how many stayed), and logs both shares."""
+    from vlrl import run, train
+    from vlrl.episodes import trainer as episode_trainer
+
+    config = cfg.preset("grid-tiny", overrides=[
+        "training.per_device_train_batch_size=8", "training.num_generations=4", "training.dynamic_sampling=3",
+        "env.max_turns=2", "env.options={size=3, difficulty=1, max_turns=2, shaping=false}"])
+    policy, processor = run.load_policy(config, log=lambda *_: None)
+    built = train.build_trainer(config, policy, processor, episode_trainer.seed_dataset(range(1_000_000, 1_000_008)),
+                                tmp_path, log=lambda *_: None)
+    torch.manual_seed(0)
+    batches = built._play_and_batch([{"seed": s} for s in (1_000_000,) * 4 + (1_000_001,) * 4])
+    metrics = built._metrics["train"]
+    after, extra = metrics["dynamic_sampling/frac_zero_std_after"][0], metrics["dynamic_sampling/extra_groups"][0]
+    assert metrics["frac_reward_zero_std"][0] * 2 >= extra and after <= metrics["frac_reward_zero_std"][0]
+    advantages = torch.cat([p["advantages"] for b in batches for p, _ in b["passes"]])
+    assert (advantages != 0).any() or after == 1.0
+    json.dumps({k: v for k, v in metrics.items()})  # what train_log.jsonl gets is plain numbers
