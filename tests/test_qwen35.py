@@ -87,6 +87,7 @@ def _contexts(processor):
     return texts, [[r["image"]] for r in rows]
 
 
+@pytest.mark.slow  # the warm-started tiny Qwen3.5: built once per cache (minutes), so out of `make test-fast`
 def test_greedy_tokens_on_the_hybrid_cache_equal_the_eager_path(warm_qwen35, monkeypatch):
     """The static cache of the GPU's path holds the linear-attention states (conv and recurrent) beside the full
     attention's keys and values; its greedy tokens are the dynamic cache's and `generate`'s."""
