@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_io import write_results  # noqa: E402
+from results_io import write_results
 
 OVERRIDES = ["env.options={size=3, difficulty=1, max_turns=6, shaping=false}"]
 
@@ -29,7 +29,7 @@ def one_run(draws: int, root: Path) -> dict:
     command = [sys.executable, "-m", "vlrl", "run", "--preset", "grid-tiny", "--run-dir", str(run_dir)]
     for override in (*OVERRIDES, f"training.dynamic_sampling={draws}"):
         command += ["--set", override]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, check=False, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     rows = [r for r in map(json.loads, (run_dir / "train_log.jsonl").read_text().splitlines()) if "reward" in r]
@@ -46,8 +46,8 @@ def one_run(draws: int, root: Path) -> dict:
 
 def markdown(result: dict) -> str:
     lines = [f"# Dynamic sampling on grid-tiny, success-only reward\n\n`{result['command']}`; {result['machine']}\n",
-             "| dynamic_sampling | held-out success before -> after (48 seeds) | McNemar p | flat groups (first draw) "
-             "| flat groups trained | extra groups drawn | reply tokens generated | wall s |",
+             ("| dynamic_sampling | held-out success before -> after (48 seeds) | McNemar p | flat groups (first "
+              "draw) | flat groups trained | extra groups drawn | reply tokens generated | wall s |"),
              "|---|---|---|---|---|---|---|---|"]
     for r in result["runs"]:
         lines.append(f"| {r['dynamic_sampling']} | {r['success_before']:.3f} -> {r['success_after']:.3f} | "
