@@ -15,13 +15,9 @@ from vlrl.cli import main
 
 
 @pytest.fixture(scope="module")
-def processor():
-    """The tiny Qwen3-VL processor (Qwen3-VL's image settings and token ids), from the cached random base model."""
-    from transformers import AutoProcessor
-
-    from vlrl.warmstart import ensure_tiny
-
-    return AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
+def processor(tiny_processor):
+    """The tiny Qwen3-VL processor (Qwen3-VL's image settings and token ids): conftest's, of the cached random base."""
+    return tiny_processor
 
 
 def image_tokens(processor, row) -> int:

@@ -8,6 +8,7 @@ process."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -36,15 +37,28 @@ def launch(*args: str, output: Path) -> subprocess.Popen:
     with socket.socket() as s:  # a free port for the processes to meet on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    # PYTHONFAULTHANDLER: a process that dies of a signal (SIGABRT, SIGSEGV) prints the Python stack of each thread
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
+           "PYTHONFAULTHANDLER": "1"}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(distributed.accelerate_config("ddp")), "--num_processes", "2", "--main_process_port", str(port),
                *args]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output.open("w"), stderr=subprocess.STDOUT)
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
 
 
 def finish(process: subprocess.Popen, output: Path) -> None:
-    assert process.wait(timeout=600) == 0, output.read_text()[-4000:]
+    """Waits for the launch; on a failure prints everything its processes printed (pytest shows it under the
+    failure's captured stdout): the launcher's summary at the end names only the signal, the cause is further up."""
+    try:
+        code = process.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the launcher and its processes: a session of their own
+        process.wait()
+        code = "nothing: killed after 600 s"
+    if code != 0:
+        print(f"--- the whole output of the launch ({output}) ---\n{output.read_text()}--- end of the launch's output ---")
+    assert code == 0, f"accelerate launch exited {code}; its processes' whole output is printed above"
 
 
 class _threads:
@@ -208,6 +222,7 @@ def test_one_process_helpers_do_not_wait_or_gather(tmp_path):
         distributed.barrier()
     with pytest.raises(ValueError, match="boom"):
         distributed.on_main(lambda: (_ for _ in ()).throw(ValueError("boom")))
+    distributed.end()  # no group to leave
 
 
 def test_launch_environment_is_read(monkeypatch):

@@ -3,14 +3,12 @@ parameters injected the papermill way; every cell runs, and the run directory ho
 
 import ast
 import json
-import os
-import time
-from pathlib import Path
+import shutil
 
 import nbformat
 import pytest
+from walkthrough import NOTEBOOK, execute  # tests/walkthrough.py
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "vlrl_walkthrough.ipynb"
 RUN_FILES = ("config.toml", "data_report.json", "eval_before.jsonl", "train_log.jsonl", "grpo_config.json",
              "eval_after.jsonl", "comparison.json", "report.html", "plots/training.png", "plots/comparison.png",
              "adapter/adapter_model.safetensors", "adapter/adapter_config.json")
@@ -56,34 +54,11 @@ def test_notebook_has_the_eight_stages_and_defines_nothing():
             assert word not in cell.source, f"cell {cell.id} defines something ({word.strip()}): move it into vlrl"
 
 
-def _execute(run_dir: Path, work: Path, name: str):
-    """The walkthrough run by nbclient on the tiny preset into `run_dir`; the executed copy saved as work/<name>."""
-    from nbclient import NotebookClient
-    from papermill.iorw import load_notebook_node
-    from papermill.parameterize import parameterize_notebook
-
-    nb = parameterize_notebook(load_notebook_node(str(NOTEBOOK)), {"preset": "tiny", "run_dir": str(run_dir)})
-    # The kernel is this interpreter (jupyter_client runs the python3 kernel spec's "python" as sys.executable; an
-    # empty JUPYTER_DATA_DIR keeps a user's own python3 spec out) and imports this checkout's vlrl; VLRL_CACHE
-    # (conftest) points it at the cached warm tiny model.
-    root = str(NOTEBOOK.parent.parent)
-    started = time.time()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-        patch.setenv("JUPYTER_DATA_DIR", str(work / "jupyter"))
-        client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(work)}})
-        client.execute()
-    print(f"walkthrough executed in {time.time() - started:.0f} s")
-    nbformat.write(nb, work / name)  # for a person to open when a check below fails
-    return nb
-
-
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory, tiny_dir):
-    """The walkthrough run top to bottom on the tiny preset into a fresh run directory."""
-    work = tmp_path_factory.mktemp("notebook")
-    run_dir = work / "walkthrough"
-    return _execute(run_dir, work, "executed.ipynb"), run_dir
+def executed(walkthrough):
+    """The walkthrough run top to bottom on the tiny preset into a fresh run directory (conftest: once a session, the
+    shared tiny run): the executed notebook and its run directory."""
+    return walkthrough
 
 
 def _outputs(nb, cell_id: str) -> str:
@@ -160,13 +135,14 @@ def test_stages_show_what_they_did(executed):
 
 
 @pytest.mark.slow
-def test_run_all_a_second_time_continues_in_its_run_directory(executed):
+def test_run_all_a_second_time_continues_in_its_run_directory(executed, tmp_path):
     # Run All twice (or after an interruption): every cell runs again over the same run directory, the baseline
     # records are kept, finished training is not repeated and says so, and the eval after it is scored anew.
-    _, run_dir = executed
+    run_dir = tmp_path / "walkthrough"  # a copy: the first run's directory is the session's shared tiny run
+    shutil.copytree(executed[1], run_dir)
     before = (run_dir / "eval_before.jsonl").read_text()
     checkpoints = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
-    again = _execute(run_dir, run_dir.parent, "executed-again.ipynb")
+    again = execute(run_dir, tmp_path, "executed-again.ipynb")
     for cell in _code(again):
         assert not [o for o in cell.outputs if o.output_type == "error"], f"cell {cell.id} raised the second time"
     assert "training is done (checkpoint-8, step 8 of 8" in _outputs(again, "train")

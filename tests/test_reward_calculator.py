@@ -491,6 +491,8 @@ def test_cli_serve_rewards(tmp_path):
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
+        if not line:  # its stdout closed before it printed the address: it is exiting, and poll() may not know yet
+            proc.wait(timeout=30)
         if proc.poll() is not None:
             unavailable(proc.stderr.read().strip())
         url = re.search(r"http://127\.0\.0\.1:\d+/rewards/", line).group(0)

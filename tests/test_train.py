@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -130,16 +129,14 @@ def test_killed_and_resumed_run_ends_with_the_same_adapter_as_an_uninterrupted_o
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert main(["train", "--config", str(run_file), "--run-dir", str(whole)]) == 0
 
-    # the same command in another process, killed (SIGKILL) as soon as checkpoint-2 is complete
+    # the same command in another process, which kills itself (SIGKILL) as soon as checkpoint-2 is saved
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "vlrl", "train", "--config", str(run_file), "--run-dir",
-                                str(killed)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    done = killed / "checkpoints" / "checkpoint-2" / "trainer_state.json"
-    while not done.exists() and process.poll() is None:
-        time.sleep(0.05)
-    process.send_signal(signal.SIGKILL)
-    assert process.wait() == -signal.SIGKILL, "the run finished before it could be killed"
-    assert not (killed / "adapter").exists() and not (killed / "checkpoints" / "checkpoint-4").exists()
+    process = subprocess.run([sys.executable, str(ROOT / "tests" / "killed_at_checkpoint.py"), "2", "train",
+                              "--config", str(run_file), "--run-dir", str(killed)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, check=False)
+    assert process.returncode == -signal.SIGKILL, process.stdout + process.stderr
+    assert [p.name for p in (killed / "checkpoints").glob("checkpoint-*")] == ["checkpoint-2"]
+    assert [r["step"] for r in read_log(killed) if "reward" in r] == [1, 2] and not (killed / "adapter").exists()
 
     assert main(["train", "--run-dir", str(killed), "--resume"]) == 0  # its own config.toml, its checkpoint
 

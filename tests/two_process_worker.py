@@ -78,4 +78,5 @@ if __name__ == "__main__":
     save_file(weights, str(out / f"rank{distributed.rank()}.safetensors"))
     (out / f"rank{distributed.rank()}.json").write_text(json.dumps(seen))
     if len(sys.argv) > 4:
-        sys.exit(main(["train", "--run-dir", sys.argv[4], "--resume"]))
+        sys.exit(main(["train", "--run-dir", sys.argv[4], "--resume"]))  # main leaves the process group
+    distributed.end()

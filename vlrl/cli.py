@@ -413,6 +413,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vlrl {args.command}: interrupted; what was written stays (records, checkpoints): run the same command "
               "again to continue.", file=sys.stderr)
         return 130
+    finally:
+        from vlrl.distributed import end
+
+        end()  # under accelerate launch: the process group is left here, not at the interpreter's exit
 
 
 if __name__ == "__main__":
