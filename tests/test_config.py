@@ -128,7 +128,7 @@ BAD_FILES = [
                                         "at least 2048"]),
     ("[eval]\nmax_new_tokens = 4096\n[model]\nmax_seq_length = 4096", ["max_new_tokens (4096)", "at least 5120"]),
     ("[model]\nname_or_path = \"Qwen/Qwen3-VL-8B-Instruct\"\nwarm_start_steps = 100",
-     ["warm_start_steps = 100", "only applies to the models vlrl builds (tiny, tiny-small)", "vlrl sft"]),
+     ["warm_start_steps = 100", "only applies to the models vlrl builds (tiny, tiny-small, tiny-qwen3.5", "vlrl sft"]),
     ("[training]\ngeneration_batch_size = 12", ["generation_batch_size = 12", "multiple of per_device_train_batch_size", "e.g. 8"]),
     ("[training]\nrecipe = \"gspo-paper\"\ngeneration_batch_size = 8", ["gspo-paper", "remove one"]),
     ("[training]\nnum_train_epochs = 0.0", ["num_train_epochs = 0.0", "positive max_steps"]),
@@ -310,7 +310,7 @@ def test_reward_set_is_chosen_in_the_run_file(tmp_path):
 
 def test_optimizer_and_lora_targets_are_checked_and_sgd_widens_the_learning_rate():
     config = cfg.preset("tiny", overrides=["model.lora_targets=head", "training.optim=sgd",
-                                           "training.learning_rate=5"])
+                                           "training.learning_rate=5", "training.weight_decay=0"])
     cfg.validate(config, num_processes=1)  # SGD's step is lr x the clipped gradient: lr above 1 is fine
     with pytest.raises(cfg.ConfigError) as err:
         cfg.preset("tiny", overrides=["model.lora_targets=heads", "training.optim=sgdd", "training.learning_rate=5"])

@@ -40,9 +40,7 @@ def _parse_math(text: str) -> tuple:
     try:
         from math_verify import parse
     except ImportError as error:
-        from vlrl.errors import MissingExtra
-
-        raise MissingExtra("symbolic answer matching needs math-verify: pip install math-verify") from error
+        raise ImportError("symbolic answer matching needs math-verify: pip install math-verify") from error
 
     # The SOLUTION value is bare LaTeX ("2\sqrt{3}"); math-verify reads LaTeX only between delimiters.
     wrapped = text if "$" in text else f"${text}$"
