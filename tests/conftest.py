@@ -21,7 +21,8 @@ for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
     os.environ.pop(variable, None)
 
 TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
-CACHE_FIXTURES = {"tiny_base_dir", "tiny_dir", "tiny_processor"}  # what builds the model cache, once a session
+# what builds the model cache, once a session (qwen35_base: tests/test_qwen35.py's random tiny Qwen3.5s, seconds each)
+CACHE_FIXTURES = {"tiny_base_dir", "tiny_dir", "tiny_processor", "qwen35_base"}
 RUN_FIXTURES = {"walkthrough", "tiny_run"}  # fixtures that build a full run: a test using one (even through another) is slow
 
 

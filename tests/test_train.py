@@ -160,6 +160,7 @@ def test_resume_with_a_different_run_file_is_refused(tmp_path):
 
     config = tiny_config()
     (tmp_path / "config.toml").write_text(cfg.to_toml(config))
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1}\n')  # a result: a directory of config.toml alone is taken over
     config.training.learning_rate = 1e-3
     with pytest.raises(RunDirError, match=r"\[training\] learning_rate: 0.002 -> 0.001"):  # before anything loads
         train_only(config, tmp_path, resume=True)
