@@ -59,6 +59,21 @@ def replacements(flat: list[bool], fresh_flat: list[bool]) -> dict[int, int]:
     return dict(zip([i for i, f in enumerate(flat) if f], good))
 
 
+def most_flat(accelerator, flat: list[bool]) -> int:
+    """How many groups every process draws this round: the most flat groups any process still has (drawing and
+    scoring gather across processes, so all draw alike)."""
+    need = torch.tensor([sum(flat)], device=accelerator.device)
+    return int(accelerator.gather(need).max())
+
+
+def outcome(accelerator, extra: int, flat: list[bool]) -> dict[str, float]:
+    """The step's logged numbers over every process: groups drawn again, and the share still flat in what trains."""
+    totals = accelerator.reduce(torch.tensor([extra, sum(flat), len(flat)], dtype=torch.float64,
+                                             device=accelerator.device), reduction="sum").tolist()
+    return {"dynamic_sampling/extra_groups": totals[0],
+            "dynamic_sampling/frac_zero_std_after": totals[1] / max(1, totals[2])}
+
+
 def merge_rows(batches: list[dict], picks: list[tuple[int, int]], pad_id: int) -> dict:
     """One batch in TRL's form (`GRPOTrainer._generate_and_score_completions`' output) of the rows `picks` ((batch,
     row) pairs) of `batches`, each field padded as TRL pads it. A field vlrl does not know is refused, never dropped."""
@@ -127,14 +142,13 @@ class Redraws:
             self._metrics["train"][key].append(value)
         return out
 
-    def _redraw(self, out: dict, rows: int) -> dict:
+    def _redraw(self, out: dict, rows: int) -> tuple[dict, dict]:
         group, rank = self.num_generations, self.accelerator.process_index
         flat = flat_groups(self._rewards, group)[rank * rows // group:(rank + 1) * rows // group].tolist()
         batches, picks = [out], [(0, r) for r in range(rows)]
         extra = 0
         for attempt in range(1, self.dynamic_sampling + 1):
-            need = torch.tensor(sum(flat), device=self.accelerator.device)
-            most = int(self.accelerator.gather(need[None]).max())
+            most = most_flat(self.accelerator, flat)
             if not most:
                 break
             chosen = draw(most, len(self.train_dataset), self.args.seed, self.state.global_step, attempt, rank)
@@ -149,10 +163,7 @@ class Redraws:
         merged = merge_rows(batches, picks, self.processing_class.tokenizer.pad_token_id) if len(batches) > 1 else out
         mask = merged["completion_mask"] * merged.get("tool_mask", 1)
         merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
-        totals = self.accelerator.reduce(torch.tensor([extra, sum(flat), len(flat)], dtype=torch.float64,
-                                                      device=self.accelerator.device), reduction="sum").tolist()
-        return merged, {"dynamic_sampling/extra_groups": totals[0],
-                        "dynamic_sampling/frac_zero_std_after": totals[1] / max(1, totals[2])}
+        return merged, outcome(self.accelerator, extra, flat)
 
 
 def trainer_class(base: type) -> type:

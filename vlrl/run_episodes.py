@@ -25,7 +25,7 @@ from vlrl import run as stages
 from vlrl.config import RunConfig
 from vlrl.episodes import evaluate
 from vlrl.episodes.rollout import environment_for, seeds_for, settings_for
-from vlrl.episodes.trainer import checkpoint_activations, seed_dataset
+from vlrl.episodes.trainer import checkpoint_activations
 from vlrl.rundir import RunDir
 
 environment = environment_for  # the run's environment factory, and its seeds: `vlrl.episodes.rollout`'s
@@ -49,7 +49,8 @@ def train_episodes(config: RunConfig, policy, processor, run: str | Path | RunDi
     """GSPO over episodes in the run directory, through the trainer single-turn runs use (`vlrl.train`, with
     `vlrl.episodes.trainer`'s rollouts), continuing from its last checkpoint when there is one. Returns the trainer
     (None: training was already done)."""
-    return train.train(config, policy, processor, seed_dataset(seeds(config, "train")), run, resume=True, log=log)
+    return train.train(config, policy, processor, stages.training_rows(config, processor, RunDir.of(run), log), run,
+                       resume=True, log=log)
 
 
 def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> dict:

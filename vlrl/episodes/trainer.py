@@ -239,8 +239,7 @@ class EpisodeRollouts:
         pool = self.train_dataset["seed"]
         extra = 0
         for attempt in range(1, self.dynamic_sampling + 1):
-            need = torch.tensor([sum(local_flat)], device=self.accelerator.device)
-            most = int(self.accelerator.gather(need).max())
+            most = redraw.most_flat(self.accelerator, local_flat)
             if not most:
                 break
             chosen = [pool[i] for i in redraw.draw(most, len(pool), self.args.seed, self.state.global_step, attempt,
@@ -252,10 +251,8 @@ class EpisodeRollouts:
                 mine[old * group:(old + 1) * group] = fresh_mine[new * group:(new + 1) * group]
                 local_flat[old] = False
                 extra += 1
-        totals = self.accelerator.reduce(torch.tensor([extra, sum(local_flat), len(local_flat)], dtype=torch.float64,
-                                                      device=self.accelerator.device), reduction="sum").tolist()
-        self._metrics["train"]["dynamic_sampling/extra_groups"].append(totals[0])
-        self._metrics["train"]["dynamic_sampling/frac_zero_std_after"].append(totals[1] / max(1, totals[2]))
+        for key, value in redraw.outcome(self.accelerator, extra, local_flat).items():
+            self._metrics["train"][key].append(value)
         return episodes, mine
 
     def _log_rollout(self, episodes, returns: torch.Tensor, flat: torch.Tensor) -> None:
@@ -307,7 +304,8 @@ class EpisodeRollouts:
             weighted = [(self._pass_inputs(p, tokens),
                          pass_weight(self.loss_type, len(p), sum(len(r["reply_ids"]) for r in p), micro_rows,
                                      micro_tokens)) for p in chunk]
-            weighted += [(self._pass_inputs(filler, tokens), 0.0)] * (n - len(chunk))
+            if n > len(chunk):  # another process has more passes here: zero-weight ones keep the calls in step
+                weighted += [(self._pass_inputs(filler, tokens), 0.0)] * (n - len(chunk))
             batches.append({"passes": weighted})
         return batches
 
