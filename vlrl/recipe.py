@@ -39,6 +39,8 @@ RECIPES = {
     },
 }
 
+WEIGHT_DECAY = 0.1  # Unsloth's GSPO notebook value (TRL 0.0, Unsloth 0.001: stated, so both agree)
+
 # Where TRL 1.14.2's GRPOConfig and Unsloth 2026.10.9's (UnslothGRPOConfig, which replaces it once unsloth is
 # imported) disagree by default: field -> (TRL default, Unsloth default). `gspo_values` sets every one of them, so a
 # run file means the same on both backends; tests check the TRL column against the installed TRL, and
@@ -89,7 +91,7 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         # 8-bit states: ~6 bytes/param less. Not under FSDP/ZeRO-3: bitsandbytes' update cannot take sharded
         # (DTensor) parameters, which failed on 2 H200s (bench/results/multi_gpu.md)
         optim="adamw_8bit" if cuda and _has_bitsandbytes() and not sharded_launch() else "adamw_torch",
-        weight_decay=0.1,  # Unsloth's GSPO notebook value (TRL 0.0, Unsloth 0.001: stated, so both agree)
+        weight_decay=WEIGHT_DECAY,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=4,  # 8 x 4 = 32 completions per optimizer step = 8 prompts x 4 generations
         num_generations=4,  # the group each advantage is relative to

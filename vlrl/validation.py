@@ -42,7 +42,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
     `num_processes` (default: this launch's, `vlrl.distributed.world_size()`) enters the batch rules.
     """
-    from vlrl.recipe import RECIPES
+    from vlrl.recipe import RECIPES, WEIGHT_DECAY
     from vlrl.synthetic import ALL_TASKS
 
     processes = num_processes or world_size()
@@ -129,10 +129,10 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add('[training] dynamic_sampling needs the transformers backend: Unsloth patches the rollout it redraws.')
         if RECIPES.get(t.recipe, {}).get("scale_rewards") == "batch":
             add("[training] dynamic_sampling keeps each group's own advantages, which a batch-scaled recipe cannot.")
+    decay = WEIGHT_DECAY if t.weight_decay == -1 else t.weight_decay
     if t.weight_decay != -1 and not 0 <= t.weight_decay < 1:
-        add(f"[training] weight_decay = {t.weight_decay} must be in [0, 1), or -1 for the recipe's (0.1).")
-    elif t.optim == "sgd" and t.learning_rate * (0.1 if t.weight_decay == -1 else t.weight_decay) >= 0.5:
-        decay = 0.1 if t.weight_decay == -1 else t.weight_decay
+        add(f"[training] weight_decay = {t.weight_decay} must be in [0, 1), or -1 for the recipe's ({WEIGHT_DECAY}).")
+    elif t.optim == "sgd" and t.learning_rate * decay >= 0.5:
         add(f"[training] optim = \"sgd\" at learning_rate {t.learning_rate} with weight_decay {decay}"
             f"{' (the recipe' + chr(39) + 's)' if t.weight_decay == -1 else ''} shrinks every trained weight by "
             f"{min(1.0, t.learning_rate * decay):.0%} a step; set [training] weight_decay = 0 (or a value whose "

@@ -69,9 +69,10 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
 
     grouped = returns.view(-1, group)
     mean = torch.nanmean(grouped, dim=1).repeat_interleave(group)
-    std = nanstd(grouped, dim=1).repeat_interleave(group) if group > 1 else torch.zeros_like(returns)
     if scale == "batch":
         std = nanstd(returns).expand_as(returns) if returns.numel() > 1 else torch.zeros_like(returns)
+    else:
+        std = nanstd(grouped, dim=1).repeat_interleave(group) if group > 1 else torch.zeros_like(returns)
     advantages = returns - mean
     if scale != "none":
         advantages = advantages / (std + 1e-4)
@@ -144,8 +145,9 @@ def pass_weight(loss_type: str, rows: int, tokens: int, micro_rows: int, micro_t
         return tokens / max(1, micro_tokens)
     if loss_type in BATCH_REDUCED:
         return 1.0
+    known = ", ".join(ROW_REDUCED + TOKEN_REDUCED + BATCH_REDUCED)
     raise ConfigError(f"loss type {loss_type!r}: vlrl does not know how TRL reduces it, so an episode run cannot split "
-                   f"its micro-batches into passes; use one of {', '.join(ROW_REDUCED + TOKEN_REDUCED + BATCH_REDUCED)}.")
+                      f"its micro-batches into passes; use one of {known}.")
 
 
 class EpisodeRollouts:
