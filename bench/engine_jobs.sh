@@ -11,6 +11,9 @@
 #   final: plain TRL at 1024 tokens (one step: eager, nothing to compile), then vlrl on the int8-packed base at 32
 #          at once, at 1024 and 256 tokens
 #   packed: the same for the packed formats FORMATS (default "int8"), at 256 and 1024 tokens
+#   s39: Qwen3.5 2B (bf16) and 9B (int8-packed) against plain TRL at 256 tokens, the 9B at its preset's 1536 for
+#        memory and the mismatch, then a profile of the 8B's int8 decoding step
+#   grouped: the 8B int8 decoding step profiled, then GSPO steps against plain TRL at 256 and 1024 tokens
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -83,6 +86,30 @@ plan_qwen35() {
     > $RESULTS/gspo_qwen3.5-9b_trl.log 2>&1
   python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1024 --paths vlrl vlrl-int8 --generation-batch 16 \
     --micro-batch 4 --out $RESULTS > $RESULTS/gspo_qwen3.5-9b_vlrl.log 2>&1
+}
+
+plan_s39() {  # issue 36's GPU rows at 256 tokens side by side, the 9B preset's shape for memory, then a profile of the 8B
+  # int8 decoding step (issue 32: where the 17.6 ms go)
+  python3 bench/gpu_engine.py --size qwen3.5-2b --bf16 --completion 256 --paths trl vlrl --generation-batch 8 \
+    --out $RESULTS > $RESULTS/gspo_qwen3.5-2b_256.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 256 --paths trl vlrl-int8 --generation-batch 8 \
+    --out $RESULTS > $RESULTS/gspo_qwen3.5-9b_256.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 8 --steps 1 \
+    --warmup 0 --out $RESULTS > $RESULTS/gspo_qwen3.5-9b_1536.log 2>&1
+  python3 bench/gpu_engine_decode.py --size 8b --paths engine-int8 --rows 16 --completion 256 --profile \
+    --out $RESULTS > $RESULTS/profile_8b.log 2>&1
+}
+
+plan_grouped() {  # after the grouped decode attention and autocast: the 8B int8 decoding step profiled again, then the
+  # GSPO steps against plain TRL at 256 (32 at once) and 1024 tokens (the preset's 16 at once)
+  python3 bench/gpu_engine_decode.py --size 8b --paths engine-int8 --rows 16 --completion 256 --profile \
+    --out $RESULTS > $RESULTS/profile_8b_grouped.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl-int8 --generation-batch 32 --out $RESULTS \
+    > $RESULTS/gspo_256.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 16 --out $RESULTS \
+    > $RESULTS/gspo_int8_1024.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
+    > $RESULTS/gspo_trl_1024.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -46,12 +46,12 @@ def dataset(count: int):
     return prompts.to_dataset(synthetic.generate(count, seed=3, image_size=512))
 
 
-def load(path: Path, fmt: str | None):
+def load(path: Path, fmt: str | None, four_bit: bool = True):
     import torch
 
     from vlrl.model import LoraSettings, load_model
 
-    policy, processor = load_model(str(path), load_in_4bit=True, max_seq_length=2048,
+    policy, processor = load_model(str(path), load_in_4bit=four_bit, max_seq_length=2048,
                                    lora=LoraSettings(r=16, alpha=16), backend="transformers")
     nf4_bytes, report = weight_bytes(policy), None
     if fmt:
@@ -95,7 +95,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
 
     fmt = path.split("-", 1)[1] if path.startswith("vlrl-") else None
     say(f"{path}: loading")
-    policy, processor, packed, nf4_bytes = load(checkpoint, fmt)
+    policy, processor, packed, nf4_bytes = load(checkpoint, fmt, not args.bf16)
     data = dataset(32 * (args.steps + args.warmup) // 4 + 8)
     out = Path(args.out) / f"run-{path}-{args.completion}"
     build = plain_trl_trainer if path == "trl" else vlrl_trainer
@@ -130,7 +130,8 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
         "torch": torch.__version__, "wall_s": time.time() - START,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    name = f"gspo_{args.size}_{path}_{args.completion}_gen{result['generation_batch']}.json"
+    result["weights"] = "bf16" if args.bf16 else "nf4"
+    name = f"gspo_{args.size}_{path}{'_bf16' if args.bf16 else ''}_{args.completion}_gen{result['generation_batch']}.json"
     (Path(args.out) / name).write_text(json.dumps(result, indent=2, default=str))
     keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
             "max_reserved_gib")
@@ -146,6 +147,7 @@ def main() -> None:
     p.add_argument("--completion", type=int, default=256)
     p.add_argument("--paths", nargs="+", default=["trl", "vlrl"])
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--bf16", action="store_true", help="every path on bf16 weights (the 2B presets), not 4-bit")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)

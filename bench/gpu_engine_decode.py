@@ -71,7 +71,37 @@ def tiny_agreement(path: str) -> dict:
             "ours": ours[:2], "theirs": theirs[:2], "host_syncs_in_a_call": len(syncs), "sync_examples": syncs[:5]}
 
 
-def decode_row(policy, processor, path: str, rows: int, completion: int, bound_ms: float) -> dict:
+def profile_steps(once, steps: int) -> dict:
+    """Where a decoding step's time goes (`torch.profiler` over one warm call of `steps` tokens, the measured shape): the GPU's kernel
+    time against the wall time, kernels launched per step, the 25 kernels with the most GPU time, and the graph breaks
+    dynamo counted in this process (a break splits the step's CUDA graph and brings back Python)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        once(steps)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    gpu_us = sum(e.device_time for e in kernels)
+    by_name: dict = {}
+    for e in kernels:
+        total, count = by_name.get(e.name, (0.0, 0))
+        by_name[e.name] = (total + e.device_time, count + 1)
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
+    from torch._dynamo.utils import counters
+
+    return {"steps": steps, "wall_ms": round(1000 * wall, 1), "kernel_ms": round(gpu_us / 1000, 1),
+            "gpu_busy_share": round(gpu_us / 1000 / (1000 * wall), 3), "kernels_per_step": round(len(kernels) / steps, 1),
+            "top_kernels_ms_per_step": [[name[:90], round(t / 1000 / steps, 3), c // steps] for name, (t, c) in top],
+            "graph_breaks": {k: v for k, v in list(counters["graph_break"].items())[:20]},
+            "graph_break_count": sum(counters["graph_break"].values())}
+
+
+def decode_row(policy, processor, path: str, rows: int, completion: int, bound_ms: float,
+               profiled: bool = False) -> dict:
     import torch
 
     from vlrl import engine
@@ -106,7 +136,8 @@ def decode_row(policy, processor, path: str, rows: int, completion: int, bound_m
     torch.cuda.reset_peak_memory_stats()
     whole = timed(completion)
     step_ms = 1000 * (whole - prefill) / (completion - 1)
-    return {"path": path, "rows": rows, "completion": completion, "warmup_s": round(warmup, 1),
+    extra = {"profile": profile_steps(once, completion)} if profiled else {}
+    return {**extra, "path": path, "rows": rows, "completion": completion, "warmup_s": round(warmup, 1),
             "seconds": round(whole, 2), "prefill_s": round(prefill, 3), "step_ms": round(step_ms, 2),
             "tokens_per_s": round(rows * completion / whole, 1), "decode_bound_share": round(bound_ms / step_ms, 4),
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 2)}
@@ -126,6 +157,7 @@ def main() -> None:
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--checkpoint", help="a saved checkpoint instead of building one (bf16: it is loaded in 4-bit)")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/decode")
+    p.add_argument("--profile", action="store_true", help="also profile one warm call of each row")
     args = p.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     if args.tiny:
@@ -148,7 +180,7 @@ def main() -> None:
                 print("PACKED", json.dumps(pack_for_decoding(policy, path.split("-", 1)[1]), default=str))
             policy.eval()
             for rows in args.rows:
-                row = decode_row(policy, processor, path, rows, args.completion, bound_ms)
+                row = decode_row(policy, processor, path, rows, args.completion, bound_ms, args.profile)
                 row.update(gpu=torch.cuda.get_device_name(), bound_ms=round(bound_ms, 3), size=args.size)
                 table.append(row)
                 say(f"DECODE {json.dumps(row)}")

@@ -59,6 +59,33 @@ def test_greedy_decoding_gives_generates_tokens(policy, contexts, static, monkey
         assert c.text == processor.tokenizer.decode(c.ids, skip_special_tokens=True)
 
 
+def test_decoding_steps_attend_through_the_grouped_attention_and_training_does_not(policy, contexts, monkeypatch):
+    """Each decoding step of the static path (one query position) reads each key/value head once
+    (`vlrl.engine.attention`); the prefill, and every forward outside a decode, go through transformers' SDPA."""
+    from vlrl.engine import attention
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    tiny, processor = policy
+    texts, images = contexts
+    calls = []
+    original = attention.grouped_decode_attention
+
+    def spy(module, query, *args, **kwargs):
+        calls.append(query.shape[2])
+        return original(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(attention, "grouped_decode_attention", spy)
+    decoding = replace(engine.decoding_for(tiny, processor, max_new_tokens=6, static=True), stop_ids=())
+    engine.complete(tiny, processor, texts[:2], images[:2], decoding)
+    layers = tiny.config.get_text_config().num_hidden_layers
+    assert calls.count(1) == 5 * layers and len(calls) == 6 * layers  # 5 steps after the prefill, every layer
+    assert tiny.config.get_text_config()._attn_implementation == "sdpa"  # back to SDPA after the decode
+    calls.clear()
+    with torch.no_grad():
+        tiny(**processor(text=texts[:1], images=images[0], return_tensors="pt"))
+    assert calls == []
+
+
 def test_a_batch_padded_to_fixed_rows_decodes_the_same(policy, contexts, monkeypatch):
     """A static batch keeps its rows (one compiled shape): the filler rows change nothing in the real ones."""
     monkeypatch.setattr(loop, "STATIC_ON_CPU", True)

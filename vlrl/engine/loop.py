@@ -134,7 +134,7 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
     model.eval()
     steps = 0
     try:
-        with torch.no_grad(), _decode_mode(base):
+        with torch.no_grad(), _decode_mode(base, static, cuda):
             cache = _new_cache(base, length)
             forward = _compiled_forward(base) if static and cuda else base.__call__
             positions = base._prepare_position_ids_for_generation(input_ids, {"attention_mask": mask, **inputs})
@@ -169,7 +169,9 @@ def _own_mask(base, length: int, full_mask: torch.Tensor):
     """For a static cache under SDPA, a function of the new token's slot giving the 4-D boolean mask transformers
     would build (True: attend), made on the device without a look at its values: transformers' own
     (`create_masks_for_generate`) asks whether any position is padding, a host sync every step. None otherwise."""
-    if not length or getattr(base.config, "_attn_implementation", None) != "sdpa":
+    from vlrl.engine.attention import NAME
+
+    if not length or getattr(base.config.get_text_config(), "_attn_implementation", None) not in ("sdpa", NAME):
         return None
     rows, known = full_mask.shape  # the context and the completion budget, of the cache's `length` slots
     padding = torch.ones(rows, length, dtype=torch.bool, device=full_mask.device)
@@ -228,7 +230,18 @@ def _compiled_forward(base):
 
 
 @contextlib.contextmanager
-def _decode_mode(base):
+def _decode_mode(base, static: bool, cuda: bool):
+    """What a decode runs under: the model's own decode switches and, on the static path (the engine's own; the
+    Unsloth backend decodes through its kernels instead), attention that reads each key/value head once
+    (`vlrl.engine.attention`) and on a GPU autocast to the model's 16-bit dtype, as the trainer's forward runs
+    (accelerate's mixed precision): the LoRA weights, kept in fp32 for the optimizer, then multiply in bf16 on the
+    tensor cores instead of in fp32 (3.9 ms of a 15.5 ms step at the 8B shape, bench/results/engine.md), and the
+    sampled tokens' log-probs come from the arithmetic the training forward uses."""
+    from vlrl.engine.attention import grouped
+
     optimize = getattr(base, "_optimize_model_for_decode", None)
-    with optimize() if optimize is not None else contextlib.nullcontext():
+    half = static and cuda and base.dtype in (torch.bfloat16, torch.float16)
+    with (optimize() if optimize is not None else contextlib.nullcontext(),
+          grouped(base) if static else contextlib.nullcontext(),
+          torch.autocast("cuda", dtype=base.dtype) if half else contextlib.nullcontext()):
         yield
