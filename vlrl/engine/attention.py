@@ -44,7 +44,7 @@ def grouped_decode_attention(module, query, key, value, attention_mask, dropout:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     # query head h reads key/value head h // groups (repeat_kv's order): heads (kv, group) -> kv heads x group queries
-    grouped_query = query.view(rows, kv_heads, heads // kv_heads, dim)
+    grouped_query = query.reshape(rows, kv_heads, heads // kv_heads, dim)  # a view for the usual strides
     out = torch.nn.functional.scaled_dot_product_attention(grouped_query, key, value, attn_mask=attention_mask,
                                                            scale=scaling)
     return out.reshape(rows, 1, heads, dim), None
