@@ -131,7 +131,8 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result["weights"] = "bf16" if args.bf16 else "nf4"
-    name = f"gspo_{args.size}_{path}{'_bf16' if args.bf16 else ''}_{args.completion}_gen{result['generation_batch']}.json"
+    weights = "_bf16" if args.bf16 else ""
+    name = f"gspo_{args.size}_{path}{weights}_{args.completion}_gen{result['generation_batch']}.json"
     (Path(args.out) / name).write_text(json.dumps(result, indent=2, default=str))
     keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
             "max_reserved_gib")

@@ -72,9 +72,9 @@ def tiny_agreement(path: str) -> dict:
 
 
 def profile_steps(once, steps: int) -> dict:
-    """Where a decoding step's time goes (`torch.profiler` over one warm call of `steps` tokens, the measured shape): the GPU's kernel
-    time against the wall time, kernels launched per step, the 25 kernels with the most GPU time, and the graph breaks
-    dynamo counted in this process (a break splits the step's CUDA graph and brings back Python)."""
+    """Where a decoding step's time goes (`torch.profiler` over one warm call of `steps` tokens, the measured shape):
+    the GPU's kernel time against the wall time, kernels launched per step, the 25 kernels with the most GPU time, and
+    the graph breaks dynamo counted in this process (a break splits the step's CUDA graph and brings back Python)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -94,9 +94,10 @@ def profile_steps(once, steps: int) -> dict:
     from torch._dynamo.utils import counters
 
     return {"steps": steps, "wall_ms": round(1000 * wall, 1), "kernel_ms": round(gpu_us / 1000, 1),
-            "gpu_busy_share": round(gpu_us / 1000 / (1000 * wall), 3), "kernels_per_step": round(len(kernels) / steps, 1),
+            "gpu_busy_share": round(gpu_us / 1000 / (1000 * wall), 3),
+            "kernels_per_step": round(len(kernels) / steps, 1),
             "top_kernels_ms_per_step": [[name[:90], round(t / 1000 / steps, 3), c // steps] for name, (t, c) in top],
-            "graph_breaks": {k: v for k, v in list(counters["graph_break"].items())[:20]},
+            "graph_breaks": dict(list(counters["graph_break"].items())[:20]),
             "graph_break_count": sum(counters["graph_break"].values())}
 
 
