@@ -14,6 +14,12 @@
 #   s39: Qwen3.5 2B (bf16) and 9B (int8-packed) against plain TRL at 256 tokens, the 9B at its preset's 1536 for
 #        memory and the mismatch, then a profile of the 8B's int8 decoding step
 #   grouped: the 8B int8 decoding step profiled, then GSPO steps against plain TRL at 256 and 1024 tokens
+#   s40: plain TRL and vlrl (micro-batch 8) at 256 tokens, the decoding step profiled, the 8B preset's shape at 1024
+#        (memory), vlrl at 256 and micro-batch 4, plain TRL at 1024: vlrl's processes with expandable segments
+#   s40b: the Qwen3.5 9B preset's shape at micro-batch 2, the 8B preset's at micro-batch 8 (expandable segments)
+#   s40c: the 2B Crafter preset's step through the core (two steps of 8 episodes, no evals), the Qwen3.5 9B
+#         preset's shape at micro-batch 1
+#   s40d: the Qwen3.5 9B preset's shape at micro-batch 1 decoding 16 at once
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -110,6 +116,52 @@ plan_grouped() {  # after the grouped decode attention and autocast: the 8B int8
     > $RESULTS/gspo_int8_1024.log 2>&1
   python3 bench/gpu_engine.py --size 8b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
     > $RESULTS/gspo_trl_1024.log 2>&1
+}
+
+plan_s40() {  # after the LoRA weights rounded once per decode: plain TRL (its allocator as a user has it) and vlrl
+  # (expandable segments, as `vlrl run` sets them) at 256 tokens, 32 at once, vlrl at micro-batch 8 then 4; the 8B int8
+  # decoding step profiled (host and GPU); the 8B preset's shape at 1024 tokens for its memory; plain TRL at 1024
+  local vlrl_env="env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl --out $RESULTS > $RESULTS/gspo_trl_256.log 2>&1
+  $vlrl_env python3 bench/gpu_engine.py --size 8b --completion 256 --paths vlrl-int8 --generation-batch 32 \
+    --micro-batch 8 --out $RESULTS/micro8 > $RESULTS/gspo_int8_256_micro8.log 2>&1
+  $vlrl_env python3 bench/gpu_engine_decode.py --size 8b --paths engine-int8 --rows 16 --completion 256 --profile \
+    --out $RESULTS > $RESULTS/profile_8b_s40.log 2>&1
+  $vlrl_env python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 16 \
+    --out $RESULTS > $RESULTS/gspo_int8_1024.log 2>&1
+  $vlrl_env python3 bench/gpu_engine.py --size 8b --completion 256 --paths vlrl-int8 --generation-batch 32 \
+    --micro-batch 4 --out $RESULTS/micro4 > $RESULTS/gspo_int8_256_micro4.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
+    > $RESULTS/gspo_trl_1024.log 2>&1
+}
+
+plan_s40b() {  # the Qwen3.5 9B preset's shape (1536 tokens, 8 at once, micro-batch 2) for its memory, then the 8B
+  # preset's shape at micro-batch 8: does it fit 22 GiB, and how much faster is it? Both with expandable segments
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 8 \
+    --micro-batch 2 --steps 1 --warmup 1 --out $RESULTS/micro2 > $RESULTS/gspo_qwen3.5-9b_1536_micro2.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 16 --micro-batch 8 \
+    --out $RESULTS/micro8 > $RESULTS/gspo_int8_1024_micro8.log 2>&1
+}
+
+plan_s40c() {  # the 2B Crafter preset through the one core and the engine: two steps of one generation batch (8
+  # episodes; the preset's step plays 16), evals left out, for its projected hours; then the Qwen3.5 9B preset's shape
+  # at micro-batch 1 (at 2 it reserved 22.4 GiB). Expandable segments, as `vlrl run` sets them
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  (source bench/rehearsal.sh
+   checkpoints 2b
+   VLRL_SKIP_EVALS=1 JOB_TIMEOUT=900 rehearse c2b-core qwen3-vl-2b-crafter \
+     --set model.name_or_path=/tmp/ckpt/qwen3-vl-2b-random --set training.max_steps=2 --set env.eval_seeds=8 \
+     --set training.gradient_accumulation_steps=2
+   cp /tmp/results/c2b-core.tar.gz $RESULTS/) > $RESULTS/crafter_2b.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 8 \
+    --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/micro1 > $RESULTS/gspo_qwen3.5-9b_1536_micro1.log 2>&1
+}
+
+plan_s40d() {  # the Qwen3.5 9B preset's shape at micro-batch 1, decoding 16 at once instead of 8: does it fit?
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 16 \
+    --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/micro1 > $RESULTS/gspo_qwen3.5-9b_1536_micro1_gen16.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -109,6 +109,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
     logs = trainer.state.log_history
     lengths = [r["completions/mean_length"] for r in logs if "completions/mean_length" in r]
     kl = [r["sampling/rollout_train_kl"] for r in logs if "sampling/rollout_train_kl" in r]
+    rollout_time = [r["rollout_time"] for r in logs if "rollout_time" in r]  # vlrl's own log of the same split
     measured = steps[args.warmup:] or steps
     median = lambda xs: sorted(xs)[len(xs) // 2]
     step_s, gen_s = median([s["step_s"] for s in measured]), median([s["generation_s"] for s in measured])
@@ -126,7 +127,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
         "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
-        "rollout_train_kl": kl, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
+        "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
         "torch": torch.__version__, "wall_s": time.time() - START,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)

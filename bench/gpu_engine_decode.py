@@ -93,12 +93,38 @@ def profile_steps(once, steps: int) -> dict:
     top = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:25]
     from torch._dynamo.utils import counters
 
-    return {"steps": steps, "wall_ms": round(1000 * wall, 1), "kernel_ms": round(gpu_us / 1000, 1),
+    return {**host_profile(once, steps), "steps": steps, "wall_ms": round(1000 * wall, 1), "kernel_ms": round(gpu_us / 1000, 1),
             "gpu_busy_share": round(gpu_us / 1000 / (1000 * wall), 3),
             "kernels_per_step": round(len(kernels) / steps, 1),
             "top_kernels_ms_per_step": [[name[:90], round(t / 1000 / steps, 3), c // steps] for name, (t, c) in top],
             "graph_breaks": dict(list(counters["graph_break"].items())[:20]),
             "graph_break_count": sum(counters["graph_break"].values())}
+
+
+def host_profile(once, steps: int) -> dict:
+    """Where the host's time goes in one more warm call (`cProfile`, which slows Python itself: read the shares, not
+    the totals): the wall time without any profiler, then the 15 functions with the most time of their own, per step.
+    Time spent waiting on the GPU shows in the call that syncs (`tolist`, `item`, `synchronize`)."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    once(steps)
+    torch.cuda.synchronize()
+    plain = time.perf_counter() - start
+    profiler = cProfile.Profile()
+    profiler.enable()
+    once(steps)
+    torch.cuda.synchronize()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # {(file, line, function): (calls, primitive, own, cumulative, callers)}
+    top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:15]
+    return {"plain_wall_ms_per_step": round(1000 * plain / steps, 2),
+            "host_top_own_ms_per_step": [[f"{Path(f).name}:{line} {name}"[:80], round(1000 * own / steps, 3),
+                                          calls // steps] for (f, line, name), (calls, _, own, _, _) in top]}
 
 
 def decode_row(policy, processor, path: str, rows: int, completion: int, bound_ms: float,

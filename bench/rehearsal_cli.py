@@ -116,7 +116,7 @@ class StageClock:
 
 def skip_evals() -> None:
     """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
-    from vlrl import report
+    from vlrl import compare, report
     from vlrl import run_episodes as episode_stages
 
     def skipped(*args, **kwargs):
@@ -125,6 +125,7 @@ def skip_evals() -> None:
 
     run_stages.evaluate_policy = episode_stages.evaluate_episodes = skipped
     run_stages.compare_run = lambda *args, **kwargs: {}
+    compare.summary = lambda *args, **kwargs: "comparison: skipped (VLRL_SKIP_EVALS=1)"  # episode runs' too
     report.render = lambda *args, **kwargs: None
 
 

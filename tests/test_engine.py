@@ -162,3 +162,39 @@ def test_draws_of_one_context_are_consecutive_rows(policy, contexts):
     assert len(completions) == 6
     lengths = [c.prompt_tokens for c in completions]
     assert lengths[:3] == [lengths[0]] * 3 and lengths[3:] == [lengths[3]] * 3 and lengths[0] != lengths[3]
+
+
+def test_lora_weights_rounded_once_per_decode_give_the_autocast_numbers_and_come_back_untouched():
+    """The static path's decode multiplies by the fp32 LoRA weights rounded to bf16 once (`loop.half_trainables`):
+    the same outputs as autocast rounding them in every matmul, the same buffers on every entry (the CUDA graph's
+    addresses), refreshed after an optimizer step, and the fp32 weights themselves back after it."""
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    base = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)).to(torch.bfloat16)
+    lora = get_peft_model(base, LoraConfig(r=4, target_modules=["0", "2"], init_lora_weights=False))
+    trainable = [w for w in lora.parameters() if w.requires_grad]
+    assert len(trainable) == 4 and all(w.dtype == torch.float32 for w in trainable)
+    fp32 = [(w.data_ptr(), w.detach().clone()) for w in trainable]
+    x = torch.randn(3, 16, dtype=torch.bfloat16)
+
+    def run():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            return lora(x)
+
+    expected = run()
+    with loop.half_trainables(lora, torch.bfloat16):
+        assert all(w.dtype == torch.bfloat16 for w in trainable)
+        assert torch.equal(run(), expected)
+        buffers = [w.data_ptr() for w in trainable]
+    assert all(w.data_ptr() == ptr and torch.equal(w, value) for w, (ptr, value) in zip(trainable, fp32))
+
+    optimizer = torch.optim.SGD(trainable, lr=1.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lora(x).float().square().sum().backward()
+    optimizer.step()
+    moved = run()
+    assert not torch.equal(moved, expected)
+    with loop.half_trainables(lora, torch.bfloat16):
+        assert [w.data_ptr() for w in trainable] == buffers  # refilled in place
+        assert torch.equal(run(), moved)

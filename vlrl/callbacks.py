@@ -174,6 +174,8 @@ class StepLine(TrainerCallback):
             parts.append(f"KL {logs['kl']:.2g}")
         elif "sampling/rollout_train_kl" in logs:  # beta = 0 (the recipe): the rollout/training KL instead
             parts.append(f"rollout/train KL {logs['sampling/rollout_train_kl']:.2g}")
+        if "rollout_time" in logs and logs.get("step_time"):  # where a step's time goes: generating, or the rest
+            parts.append(f"rollouts {logs['rollout_time'] / logs['step_time']:.0%} of the step")
         done = step - self.first_step
         if done > 0:
             parts.append(f"{seconds / done:.1f} s/step")

@@ -8,7 +8,8 @@ TRL corrects only vLLM rollouts. So on the transformers backend vlrl trains with
 
 - decodes its rollouts through the decoding engine (`vlrl.engine`), which records each sampled token's
   log-probability under the distribution it was drawn from (the vision placeholders masked, the temperature and the
-  thinking budget applied), one value per token: memory stays flat in completion length;
+  thinking budget applied), one value per token: memory stays flat in completion length, and logs the seconds of
+  each optimizer step spent generating (`rollout_time`, beside TRL's `step_time`; episode runs count their play);
 - logs the mismatch against the training forward at the rollout's weights (`METRICS`), once per optimizer step;
 - with `[training] importance_sampling_correction = "token"` or `"sequence"`, weights each token's loss by the
   truncated ratio min(pi_train / pi_rollout, importance_sampling_cap), detached (`tis_weights`).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 
 import torch
 
@@ -143,13 +145,30 @@ class RolloutMismatch:
     _loss_inputs = None  # the batch whose loss is being computed, until its forward has run
     _totals = None  # this optimizer step's (sums, extremes) so far
     _more_passes = False  # a micro-batch computed in several passes (episode runs): not its last pass yet
+    _rollout_seconds = 0.0  # this optimizer step's time spent generating so far (`rollout_time`)
 
     @property
     def suppressed_token_ids(self) -> tuple[int, ...]:
         """What rollouts never sample (image and video placeholders): the loss masks them too (`masked`)."""
         return self.rollout_decoding.suppress_ids if self.rollout_decoding is not None else ()
 
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's step, and at each optimizer step's end `rollout_time`: the seconds of that step spent generating
+        (decoding rollouts, or playing episodes), beside TRL's `step_time`."""
+        output = super().training_step(model, inputs, num_items_in_batch)
+        if self._step % self.current_gradient_accumulation_steps == 0:  # TRL's rule for its step_time
+            self._metrics["train"]["rollout_time"].append(self._rollout_seconds)
+            self._rollout_seconds = 0.0
+        return output
+
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        started = time.perf_counter()
+        try:
+            return self._generate_timed(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        finally:
+            self._rollout_seconds += time.perf_counter() - started
+
+    def _generate_timed(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
         if (self.use_vllm or self.use_transformers_continuous_batching or has_tool_images
                 or self.rollout_decoding is None):  # TRL's own paths; None: not built by `vlrl.train.build_trainer`
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,

@@ -134,7 +134,7 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
     model.eval()
     steps = 0
     try:
-        with torch.no_grad(), _decode_mode(base, static, cuda):
+        with torch.no_grad(), _decode_mode(base, static, cuda, decoding.synced):
             cache = _new_cache(base, length)
             forward = _compiled_forward(base) if static and cuda else base.__call__
             positions = base._prepare_position_ids_for_generation(input_ids, {"attention_mask": mask, **inputs})
@@ -230,18 +230,55 @@ def _compiled_forward(base):
 
 
 @contextlib.contextmanager
-def _decode_mode(base, static: bool, cuda: bool):
+def _decode_mode(base, static: bool, cuda: bool, sharded: bool = False):
     """What a decode runs under: the model's own decode switches and, on the static path (the engine's own; the
     Unsloth backend decodes through its kernels instead), attention that reads each key/value head once
     (`vlrl.engine.attention`) and on a GPU autocast to the model's 16-bit dtype, as the trainer's forward runs
     (accelerate's mixed precision): the LoRA weights, kept in fp32 for the optimizer, then multiply in bf16 on the
     tensor cores instead of in fp32 (3.9 ms of a 15.5 ms step at the 8B shape, bench/results/engine.md), and the
-    sampled tokens' log-probs come from the arithmetic the training forward uses."""
+    sampled tokens' log-probs come from the arithmetic the training forward uses; those weights rounded once per
+    decode (`half_trainables`), not in every step."""
     from vlrl.engine.attention import grouped
 
     optimize = getattr(base, "_optimize_model_for_decode", None)
     half = static and cuda and base.dtype in (torch.bfloat16, torch.float16)
     with (optimize() if optimize is not None else contextlib.nullcontext(),
           grouped(base) if static else contextlib.nullcontext(),
-          torch.autocast("cuda", dtype=base.dtype) if half else contextlib.nullcontext()):
+          torch.autocast("cuda", dtype=base.dtype) if half else contextlib.nullcontext(),
+          half_trainables(base, base.dtype) if half and not sharded else contextlib.nullcontext()):
         yield
+
+
+@contextlib.contextmanager
+def half_trainables(model, dtype: torch.dtype):
+    """For the span of the block, each fp32 trainable weight of `model` (the LoRA matrices, kept in fp32 for the
+    optimizer) holds its value rounded to `dtype`, in a buffer kept on the parameter and refilled on each entry; on
+    exit the fp32 tensors are back, untouched. Autocast rounds those weights the same way in every matmul, so the
+    decode computes the same numbers: it rounds each once per decode instead of once per step (0.47 ms and ~500
+    kernels of a 13 ms step at the 8B shape, bench/results/engine.md), and the buffers keep the addresses the
+    step's CUDA graph was recorded with. Not for sharded parameters (FSDP's flat ones).
+
+    >>> layer = torch.nn.Linear(4, 2)
+    >>> with half_trainables(layer, torch.bfloat16):
+    ...     layer.weight.dtype
+    torch.bfloat16
+    >>> layer.weight.dtype
+    torch.float32
+    """
+    swapped = []
+    with torch.no_grad():
+        for weight in model.parameters():
+            if not weight.requires_grad or weight.dtype != torch.float32:
+                continue
+            rounded = getattr(weight, "_vlrl_rounded", None)
+            if rounded is None or rounded.shape != weight.shape or rounded.device != weight.device \
+                    or rounded.dtype != dtype:
+                rounded = weight._vlrl_rounded = torch.empty_like(weight, dtype=dtype)
+            rounded.copy_(weight)
+            swapped.append((weight, weight.data))
+            weight.data = rounded
+    try:
+        yield
+    finally:
+        for weight, full in swapped:
+            weight.data = full

@@ -23,6 +23,7 @@ passes (shorter lists padded with zero-weight passes), as TRL's loss takes part 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import torch
@@ -215,11 +216,13 @@ class EpisodeRollouts:
         from trl.models import unwrap_model_for_generation
 
         settings = replace(self.play_settings, record_logps=True)
+        started = time.perf_counter()
         with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
                                           gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
               self._dist.summon_full_params(self.model_wrapped, recurse=False)):
             episodes = play(policy, self.processing_class, self.make_env, seeds, settings,
                             batch_size=self.episodes_at_once)
+        self._rollout_seconds += time.perf_counter() - started  # the step's `rollout_time` (`vlrl.mismatch`)
         self._played_tokens += sum(len(ids) for e in episodes for ids in e.reply_ids)
         return episodes
 
