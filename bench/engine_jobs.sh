@@ -20,6 +20,11 @@
 #   s40c: the 2B Crafter preset's step through the core (two steps of 8 episodes, no evals), the Qwen3.5 9B
 #         preset's shape at micro-batch 1
 #   s40d: the Qwen3.5 9B preset's shape at micro-batch 1 decoding 16 at once
+#   s41: after the shared-input fusion (vlrl.engine.fusion): the 8B int8 decoding step profiled layer by layer and
+#        fused, then plain TRL and vlrl (micro-batch 4) at 256 tokens, the 8B preset's shape and plain TRL at 1024
+#   s41b: the decode table (fastest of three calls each), the Qwen3.5 2B and 4B MathVista presets' shapes (1536 and 1024 tokens) for memory and the mismatch, then
+#         the 2B Crafter preset's step through the core again
+#   s41c: the Qwen3.5 2B preset's shape at micro-batch 2 and the 4B's at 1
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -144,16 +149,20 @@ plan_s40b() {  # the Qwen3.5 9B preset's shape (1536 tokens, 8 at once, micro-ba
     --out $RESULTS/micro8 > $RESULTS/gspo_int8_1024_micro8.log 2>&1
 }
 
-plan_s40c() {  # the 2B Crafter preset through the one core and the engine: two steps of one generation batch (8
-  # episodes; the preset's step plays 16), evals left out, for its projected hours; then the Qwen3.5 9B preset's shape
-  # at micro-batch 1 (at 2 it reserved 22.4 GiB). Expandable segments, as `vlrl run` sets them
-  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+crafter_2b_step() {  # two steps of one generation batch of the 2B Crafter preset through the one core, evals left out
   (source bench/rehearsal.sh
    checkpoints 2b
    VLRL_SKIP_EVALS=1 JOB_TIMEOUT=900 rehearse c2b-core qwen3-vl-2b-crafter \
      --set model.name_or_path=/tmp/ckpt/qwen3-vl-2b-random --set training.max_steps=2 --set env.eval_seeds=8 \
      --set training.gradient_accumulation_steps=2
    cp /tmp/results/c2b-core.tar.gz $RESULTS/) > $RESULTS/crafter_2b.log 2>&1
+}
+
+plan_s40c() {  # the 2B Crafter preset through the one core and the engine: two steps of one generation batch (8
+  # episodes; the preset's step plays 16), evals left out, for its projected hours; then the Qwen3.5 9B preset's shape
+  # at micro-batch 1 (at 2 it reserved 22.4 GiB). Expandable segments, as `vlrl run` sets them
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  crafter_2b_step
   python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 8 \
     --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/micro1 > $RESULTS/gspo_qwen3.5-9b_1536_micro1.log 2>&1
 }
@@ -162,6 +171,43 @@ plan_s40d() {  # the Qwen3.5 9B preset's shape at micro-batch 1, decoding 16 at 
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 16 \
     --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/micro1 > $RESULTS/gspo_qwen3.5-9b_1536_micro1_gen16.log 2>&1
+}
+
+plan_s41() {  # the decoding step with q/k/v and gate/up each computed as one (vlrl.engine.fusion): profiled with the
+  # fusion off and on, one process each; then the GSPO step against plain TRL at 256 and 1024 tokens, the 8B preset's
+  # shapes (micro-batch 4; 32 and 16 at once), vlrl's processes with expandable segments as `vlrl run` sets them
+  local vlrl_env="env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+  $vlrl_env python3 bench/gpu_engine_decode.py --size 8b --paths engine-int8-layerwise engine-int8 --rows 16 \
+    --completion 256 --profile --out $RESULTS > $RESULTS/profile_8b_s41.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --paths trl --out $RESULTS > $RESULTS/gspo_trl_256.log 2>&1
+  $vlrl_env python3 bench/gpu_engine.py --size 8b --completion 256 --paths vlrl-int8 --generation-batch 32 \
+    --micro-batch 4 --out $RESULTS/micro4 > $RESULTS/gspo_int8_256_micro4.log 2>&1
+  $vlrl_env python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 16 \
+    --out $RESULTS > $RESULTS/gspo_int8_1024.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS \
+    > $RESULTS/gspo_trl_1024.log 2>&1
+}
+
+plan_s41b() {  # the decode table again, each row the fastest of three calls (layer by layer, then fused); issue 36's
+  # rows not yet run: the Qwen3.5 2B and 4B MathVista presets' shapes (bf16, 1536 tokens, 8 at once, micro-batch 4)
+  # for memory and the mismatch; then the 2B Crafter preset's step through the core, as in s40c
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine_decode.py --size 8b --paths engine-int8-layerwise engine-int8 --rows 16 32 \
+    --completion 256 --out $RESULTS/repeats > $RESULTS/decode_8b_s41b.log 2>&1
+  for size in qwen3.5-2b qwen3.5-4b; do
+    python3 bench/gpu_engine.py --size $size --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
+      --micro-batch 4 --steps 1 --warmup 1 --out $RESULTS/$size > $RESULTS/gspo_${size}_1536.log 2>&1
+  done
+  crafter_2b_step
+}
+
+plan_s41c() {  # the Qwen3.5 2B and 4B presets' shapes over 22 GiB at micro-batch 4 (22.7 and 27.8 GiB reserved): the 2B
+  # at micro-batch 2, the 4B at 1
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine.py --size qwen3.5-2b --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
+    --micro-batch 2 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-2b-micro2 > $RESULTS/gspo_qwen3.5-2b_1536_micro2.log 2>&1
+  python3 bench/gpu_engine.py --size qwen3.5-4b --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
+    --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-4b-micro1 > $RESULTS/gspo_qwen3.5-4b_1536_micro1.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

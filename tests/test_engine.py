@@ -198,3 +198,33 @@ def test_lora_weights_rounded_once_per_decode_give_the_autocast_numbers_and_come
     with loop.half_trainables(lora, torch.bfloat16):
         assert [w.data_ptr() for w in trainable] == buffers  # refilled in place
         assert torch.equal(run(), moved)
+
+
+def test_lora_layers_fed_one_input_decode_as_one_pair(tiny_dir, contexts, monkeypatch):
+    """Over an unquantized base (each layer's own matmul), the static path still computes the LoRA of q/k/v and of
+    gate/up as one pair (`vlrl.engine.fusion`): the same greedy tokens as layer by layer, and each grouped layer's
+    own LoRA matrices untouched in the steps."""
+    from vlrl.engine import fusion
+    from vlrl.model import LoraSettings, add_lora
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    tiny, processor = model.load_model(str(tiny_dir), backend="transformers")
+    policy = add_lora(tiny, LoraSettings(r=4, alpha=8))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
+    texts, images = contexts
+    decoding = replace(engine.decoding_for(policy, processor, max_new_tokens=16, static=True), stop_ids=())
+    monkeypatch.setattr(fusion, "ENABLED", False)
+    layer_by_layer = engine.complete(policy, processor, texts, images, decoding)
+    monkeypatch.setattr(fusion, "ENABLED", True)
+    engine.complete(policy, processor, texts, images, decoding)  # finds the groups in its prefill
+    groups = getattr(policy.get_base_model(), fusion.GROUPS)
+    assert len(groups) == 2 * tiny.config.get_text_config().num_hidden_layers and all(g.base is None for g in groups)
+    follower = groups[0].members[1].lora_A["default"]
+    calls = []
+    follower.register_forward_hook(lambda *_: calls.append(1))
+    grouped = engine.complete(policy, processor, texts, images, decoding)
+    assert [c.ids for c in grouped] == [c.ids for c in layer_by_layer]
+    assert calls == [1]  # the prefill only: the steps computed k's LoRA inside the group's pair

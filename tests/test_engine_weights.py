@@ -225,3 +225,49 @@ def test_choose_format_on_cpu():
                                                       "kernel reads"}
     with pytest.raises(ValueError, match="CUDA GPUs only"):
         weights.choose_format("cpu", backend="gemlite")
+
+
+def test_decoding_steps_compute_each_shared_input_once_over_one_packed_buffer(tiny_4bit_lora, tiny_processor,
+                                                                             monkeypatch):
+    """On the static path, q/k/v and gate/up (the LoRA layers fed one input) decode as one base matmul and one LoRA
+    pair (`vlrl.engine.fusion`): the same tokens and log-probs as layer by layer, over the same bytes (each packed
+    layer's buffers are views of its group's), and every forward outside a decode computes as before."""
+    from vlrl import engine
+    from vlrl.engine import fusion, loop
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    policy = tiny_4bit_lora
+    weights.pack_for_decoding(policy, "int8")
+    packed_bytes = sum(weights._bytes(m) for m in policy.modules() if isinstance(m, weights.PackedLinear))
+    inputs = text_inputs(tiny_processor)
+    before = weights.reference_logits(policy, inputs)
+    texts = ["What is 2 + 3? Answer with a number.", "Name the largest value in the chart, then explain why."]
+    decoding = engine.decoding_for(policy, tiny_processor, max_new_tokens=12, static=True, temperature=1.0,
+                                   record_logps=True)
+
+    def run(enabled: bool):
+        monkeypatch.setattr(fusion, "ENABLED", enabled)
+        torch.manual_seed(0)
+        return engine.complete(policy, tiny_processor, texts, [[], []], decoding)
+
+    layer_by_layer = run(False)
+    computed = []
+    compute = fusion.Group.compute
+    monkeypatch.setattr(fusion.Group, "compute", lambda self, x: computed.append(self) or compute(self, x))
+    grouped = run(True)
+    groups = getattr(policy.get_base_model(), fusion.GROUPS)
+    assert [[m.base_layer.out_features for m in g.members] for g in groups] == [[64, 32, 32], [128, 128]] * 2
+    assert [c.ids for c in grouped] == [c.ids for c in layer_by_layer]
+    steps = max(len(c.ids) for c in grouped) - 1  # forwards after the prefill
+    assert computed == groups * steps and steps > 0
+    for a, b in zip(grouped, layer_by_layer):
+        assert torch.allclose(torch.tensor(a.logps), torch.tensor(b.logps), atol=1e-4)
+    for group in groups:
+        start = group.base.qweight.data_ptr()
+        for member in group.members:
+            assert member.base_layer.qweight.data_ptr() == start  # a view of the group's buffer
+            start += member.base_layer.qweight.numel()
+    assert sum(weights._bytes(m) for m in policy.modules()
+               if isinstance(m, weights.PackedLinear)) == packed_bytes  # views: nothing added
+    assert not any(g.active for g in groups)
+    assert torch.equal(weights.reference_logits(policy, inputs), before)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from vlrl.engine import fusion
 from vlrl.engine.sampling import Budget, TokenChooser
 
 CHECK_EVERY = 8  # steps between the host's looks at "has every row stopped?": at most 7 wasted steps a batch
@@ -132,7 +133,7 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
     full_mask[:, :width] = mask
     was_training = model.training
     model.eval()
-    steps = 0
+    steps = fused_groups = 0
     try:
         with torch.no_grad(), _decode_mode(base, static, cuda, decoding.synced):
             cache = _new_cache(base, length)
@@ -141,28 +142,32 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
             step_inputs = base.prepare_inputs_for_generation(
                 input_ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
                 is_first_iteration=True, logits_to_keep=1, **inputs)
-            logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
+            grouping = static and not decoding.synced  # FSDP's flat parameters are not regrouped
+            with fusion.recording(base) if grouping else contextlib.nullcontext():
+                logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
             own_mask = _own_mask(base, length, full_mask)
-            for step in range(decoding.max_new_tokens):
-                token = chooser(logits)
-                tokens[:, step] = token
-                steps = step + 1
-                if steps == decoding.max_new_tokens or (steps % CHECK_EVERY == 0 and
-                                                        _all_stopped(chooser.stopped, decoding.synced)):
-                    break
-                positions = positions[..., -1:] + 1
-                # the new token sits at slot width + step: it sees the real context and every token before it
-                step_mask = own_mask(width + step) if own_mask else full_mask[:, :width + steps]
-                step_inputs = base.prepare_inputs_for_generation(
-                    token.unsqueeze(1), past_key_values=cache, attention_mask=step_mask, position_ids=positions,
-                    use_cache=True, is_first_iteration=False, logits_to_keep=1)
-                if static and cuda:
-                    torch.compiler.cudagraph_mark_step_begin()
-                logits = forward(**step_inputs, return_dict=True).logits[:, -1]
+            with fusion.fused(base) if grouping else contextlib.nullcontext(0) as fused_groups:
+                for step in range(decoding.max_new_tokens):
+                    token = chooser(logits)
+                    tokens[:, step] = token
+                    steps = step + 1
+                    if steps == decoding.max_new_tokens or (steps % CHECK_EVERY == 0 and
+                                                            _all_stopped(chooser.stopped, decoding.synced)):
+                        break
+                    positions = positions[..., -1:] + 1
+                    # the new token sits at slot width + step: it sees the real context and every token before it
+                    step_mask = own_mask(width + step) if own_mask else full_mask[:, :width + steps]
+                    step_inputs = base.prepare_inputs_for_generation(
+                        token.unsqueeze(1), past_key_values=cache, attention_mask=step_mask, position_ids=positions,
+                        use_cache=True, is_first_iteration=False, logits_to_keep=1)
+                    if static and cuda:
+                        torch.compiler.cudagraph_mark_step_begin()
+                    logits = forward(**step_inputs, return_dict=True).logits[:, -1]
     finally:
         model.train(was_training)
     return _collect(tokens[:rows, :steps], mask[:rows], chooser, decoding,
-                    {"steps": steps, "cache_length": length, "compiled": static and cuda, "rows": input_ids.shape[0]})
+                    {"steps": steps, "cache_length": length, "compiled": static and cuda, "rows": input_ids.shape[0],
+                     "fused_groups": fused_groups})
 
 
 def _own_mask(base, length: int, full_mask: torch.Tensor):
