@@ -214,7 +214,7 @@ def main() -> None:
             policy.eval()
             for rows in args.rows:
                 row = decode_row(policy, processor, path, rows, args.completion, bound_ms, args.profile)
-                groups = getattr(policy.get_base_model(), fusion.GROUPS, None) or []
+                groups = fusion.groups(policy.get_base_model())
                 row.update(gpu=torch.cuda.get_device_name(), bound_ms=round(bound_ms, 3), size=args.size,
                            input_groups=len(groups), fused_bases=sum(g.base is not None for g in groups))
                 table.append(row)

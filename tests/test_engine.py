@@ -209,18 +209,20 @@ def test_lora_layers_fed_one_input_decode_as_one_pair(tiny_dir, contexts, monkey
 
     monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
     tiny, processor = model.load_model(str(tiny_dir), backend="transformers")
+    texts, images = contexts
+    engine.complete(tiny, processor, texts[:1], images[:1], engine.decoding_for(tiny, processor, max_new_tokens=2))
+    assert fusion.groups(tiny) == []  # a baseline eval before LoRA: nothing to group, and looked for again after
     policy = add_lora(tiny, LoraSettings(r=4, alpha=8))
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(1))
-    texts, images = contexts
     decoding = replace(engine.decoding_for(policy, processor, max_new_tokens=16, static=True), stop_ids=())
     monkeypatch.setattr(fusion, "ENABLED", False)
     layer_by_layer = engine.complete(policy, processor, texts, images, decoding)
     monkeypatch.setattr(fusion, "ENABLED", True)
     engine.complete(policy, processor, texts, images, decoding)  # finds the groups in its prefill
-    groups = getattr(policy.get_base_model(), fusion.GROUPS)
+    groups = fusion.groups(policy.get_base_model())
     assert len(groups) == 2 * tiny.config.get_text_config().num_hidden_layers and all(g.base is None for g in groups)
     follower = groups[0].members[1].lora_A["default"]
     calls = []

@@ -255,7 +255,7 @@ def test_decoding_steps_compute_each_shared_input_once_over_one_packed_buffer(ti
     compute = fusion.Group.compute
     monkeypatch.setattr(fusion.Group, "compute", lambda self, x: computed.append(self) or compute(self, x))
     grouped = run(True)
-    groups = getattr(policy.get_base_model(), fusion.GROUPS)
+    groups = fusion.groups(policy.get_base_model())
     assert [[m.base_layer.out_features for m in g.members] for g in groups] == [[64, 32, 32], [128, 128]] * 2
     assert [c.ids for c in grouped] == [c.ids for c in layer_by_layer]
     steps = max(len(c.ids) for c in grouped) - 1  # forwards after the prefill

@@ -39,7 +39,7 @@ import torch
 
 from vlrl.engine.weights import VISION_MARKERS, PackedLinear
 
-GROUPS = "_vlrl_input_groups"  # on the model: its groups (an empty list: looked for, none found)
+GROUPS = "_vlrl_input_groups"  # on the model: (the LoRA layers looked at, their groups), by `recording`
 ENABLED = True  # False: every layer computes on its own (the tests compare the two)
 
 
@@ -197,10 +197,14 @@ def _lora_layers(model) -> dict:
 def recording(model):
     """Around one eager forward of `model`: if its groups are not known yet, records the order of its LoRA layers'
     calls and whether each shares the previous call's input, and builds the groups when the forward ends."""
-    if hasattr(model, GROUPS) or not ENABLED:
+    if not ENABLED:
         yield
         return
     layers = _lora_layers(model)
+    seen = tuple(id(layer) for layer in layers)
+    if getattr(model, GROUPS, (None,))[0] == seen:  # looked for already (LoRA added since: looked for again)
+        yield
+        return
     calls = []
     last = [None]
 
@@ -216,7 +220,12 @@ def recording(model):
         for h in hooks:
             h.remove()
         last[0] = None
-    setattr(model, GROUPS, _groups(calls, layers))
+    setattr(model, GROUPS, (seen, _groups(calls, layers)))
+
+
+def groups(model) -> list[Group]:
+    """The groups `recording` last found in `model` (none before it has run)."""
+    return getattr(model, GROUPS, (None, []))[1]
 
 
 def _groups(calls: list, layers: dict) -> list[Group]:
@@ -246,7 +255,7 @@ def _groups(calls: list, layers: dict) -> list[Group]:
 @contextlib.contextmanager
 def fused(model):
     """For the span of the block, `model`'s groups (found by `recording`) compute as one; off again after."""
-    live = [g for g in getattr(model, GROUPS, None) or [] if ENABLED and g.start()]
+    live = [g for g in groups(model) if ENABLED and g.start()]
     try:
         yield len(live)
     finally:
