@@ -46,7 +46,7 @@ def settings(config: RunConfig) -> dict:
     return {"size": size, "family": LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"), "seed": d.seed,
             "steps": m.warm_start_steps,
             "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
-            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS)}
+            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS), "player": m.warm_start_player}
 
 
 def generated_items(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
@@ -63,7 +63,8 @@ def items(config: RunConfig, *, exclude_held_out: bool = False) -> list[dict]:
         from vlrl.episodes.warm import items as episode_items
 
         env, rollout = episode_settings(config)
-        return episode_items(env, rollout, n=settings(config)["items"], seed=d.seed)
+        return episode_items(env, rollout, n=settings(config)["items"], seed=d.seed,
+                             player=config.model.warm_start_player)
     if d.source == "synthetic":
         s = settings(config)
         chosen = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
@@ -103,7 +104,7 @@ def model_path(config: RunConfig, log=print) -> str:
     s = settings(config)
     return str(ensure_tiny(seed=s["seed"], warm_start_steps=s["steps"], warm_start_items=s["items"],
                            image_size=s["image_size"], difficulty=s["difficulty"], tasks=s["tasks"], size=s["size"],
-                           family=s["family"], episodes=episode_settings(config), log=log))
+                           family=s["family"], episodes=episode_settings(config), player=s["player"], log=log))
 
 
 def episode_settings(config: RunConfig):
@@ -122,7 +123,8 @@ def _key(settings: dict) -> str:
 
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
                 warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
-                size: str = "tiny", family: str = "qwen3_vl", episodes=None, log=print) -> Path:
+                size: str = "tiny", family: str = "qwen3_vl", episodes=None, player: str = "random",
+                log=print) -> Path:
     """The warm-started tiny (or small) model's directory, built and cached on first use.
 
     Args:
@@ -137,6 +139,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         family: "qwen3_vl", "qwen3_5" or "qwen3_5_moe" (`vlrl.tiny.FAMILIES`).
         episodes: for an episode run, (its [env], its rollout settings): the items are then turns of random-action
             episodes (`vlrl.episodes.warm`) instead of generated questions.
+        player: who plays those episodes: "random" actions, or "scripted" (Crafter's scripted player).
     """
     cache_root = Path(cache_dir or cache.cache_dir())
     base = tiny.ensure_base(cache_root, seed=seed, size=size, family=family, log=log)
@@ -153,10 +156,12 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
                "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR, "version": 2}
+        if player != "random":  # random-action warm starts keep their key, so existing caches stay valid
+            key["player"] = player
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
     if (warm / "config.json").exists():
         return warm
-    kind = "random-action episode turns" if episodes is not None else "generated items"
+    kind = f"{player}-action episode turns" if episodes is not None else "generated items"
     log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
     start = base
     if episodes is not None:
@@ -165,7 +170,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
         # steps then teach the action names, where a random model needs hundreds to learn the tags first
         start = ensure_tiny(cache_root, seed=seed, size=size, family=family, log=log, **FORMAT_START)
-        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed)
+        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed, player=player)
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
