@@ -33,7 +33,9 @@ EPISODE_BATCH = 8  # turns per warm-start step of an episode run: its contexts a
 # An episode run's warm start continues from FORMAT_START, which already writes the tags, so larger steps are safe and
 # fewer are needed: on grid-tiny's turns, 60 steps at 6e-3 end at the loss floor (0.07) with 2 of 32 sampled replies
 # invalid; at 3e-3, 50 steps left every reply invalid and 120 were needed (measured).
-EPISODE_WARM_LR = 6e-3
+# The wider small model takes smaller steps, as its single-turn warm start does (WARM_LR); 2e-3 keeps the tiny's
+# ratio of episode to single-turn rate (6e-3 : 3e-3), not measured on the small model's own turns
+EPISODE_WARM_LR = {"tiny": 6e-3, "small": 2e-3}
 # [env] fields the random-action turns do not depend on: a run with more eval seeds reuses the cached warm start
 EPISODE_KEY_IGNORES = ("train_seeds", "eval_seeds", "eval_temperature", "updates_per_rollout")
 SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
@@ -155,7 +157,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     if episodes is not None:
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
-               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR, "version": 2}
+               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR[size], "version": 2}
         if player != "random":  # random-action warm starts keep their key, so existing caches stay valid
             key["player"] = player
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
@@ -174,9 +176,9 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
-    lr = EPISODE_WARM_LR if episodes is not None else WARM_LR[size]
+    lr = EPISODE_WARM_LR[size] if episodes is not None else WARM_LR[size]
     sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=lr,
-            batch_size=EPISODE_BATCH if episodes is not None else 16, log=log)
+            batch_size=EPISODE_BATCH if episodes is not None else 16, log_path=tmp / "sft_log.jsonl", log=log)
     (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
     tiny.replace_dir(tmp, warm)
     return warm
