@@ -156,8 +156,9 @@ def at_k_lines(c: dict) -> list[str]:
                      f", achievements@{k} {ak['achievements_at_k_before'][-1]:.2f} -> "
                      f"{ak['achievements_at_k_after'][-1]:.2f} ({k} episodes per world, {ak['n_paired']} worlds; "
                      f"paired permutation p = {ak['achievements_at_1_p']:.3g} on achievements per episode)")
-        lines.append(f"reached by any of {k} episodes, share of worlds: " + ", ".join(
-            f"{name} {ak['reached_before'][name]:.0%} -> {ak['reached_after'][name]:.0%}" for name in ak["reached_after"]))
+        lines.append(f"reached by any of {k} episodes, share of worlds: " + (", ".join(
+            f"{name} {ak['reached_before'][name]:.0%} -> {ak['reached_after'][name]:.0%}" for name in ak["reached_after"])
+            or "no achievement on either side"))
     return lines
 
 
