@@ -28,7 +28,7 @@ echo "== exit $code, this call $(( $(date +%s) - started )) s, all calls $second
 
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT/crafter-learns"
-  (cd "$RUN" && tar -cf - --exclude=checkpoints --exclude=adapter .) | tar -xf - -C "$OUT/crafter-learns"
+  [ -d "$RUN" ] && (cd "$RUN" && tar -cf - --exclude=checkpoints --exclude=adapter .) | tar -xf - -C "$OUT/crafter-learns"
   cp "$LOG" "$OUT/"
   for warm in /tmp/vlrl-cache/small-qwen3-vl-warm-*; do  # the warm starts' settings and loss curves
     for f in warm_start.json sft_log.jsonl; do [ -f "$warm/$f" ] && cp "$warm/$f" "$OUT/$(basename "$warm")-$f"; done
