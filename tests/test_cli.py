@@ -111,3 +111,24 @@ def test_a_data_error_inside_vlrl_run_is_one_line(tiny_dir, tmp_path, capsys):
     assert main(["run", "--preset", "tiny", "--set", f"data.source={tmp_path / 'no-such-data'}",
                  "--run-dir", str(tmp_path / "run")]) == 1
     assert "neither a directory nor a file" in _one_line_error(capsys, "run")
+
+
+def test_compare_reads_sampled_episodes_beside_the_evals_or_named(tmp_path, capsys):
+    """`vlrl compare` of episode evals adds success@k and achievements@k from the sampled episodes beside them (or
+    named with --samples), and refuses a sampled file that is not there."""
+    def write(name, records):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    episode = {"kind": "episode", "success": False, "return": 0.0, "turns": [], "metrics": {"achievements": []}}
+    for side in ("before", "after"):
+        write(f"eval_{side}.jsonl", [{**episode, "id": f"seed-{s}", "seed": s} for s in range(3)])
+        wood = ["collect_wood"] if side == "after" else []
+        write(f"samples_{side}.jsonl", [{"id": f"seed-{s}", "kind": "episode_samples", "seed": s, "draws": [
+            {"correct": bool(wood), "achievements": wood}, {"correct": False, "achievements": []}]} for s in range(3)])
+    before, after = str(tmp_path / "eval_before.jsonl"), str(tmp_path / "eval_after.jsonl")
+    assert main(["compare", before, after, "--output", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "success@1 0.0% -> 50.0%, success@2 0.0% -> 100.0%" in out and "collect_wood 0% -> 100%" in out
+    assert json.loads((tmp_path / "c.json").read_text())["achievements_at_k"]["achievements_at_k_after"] == [0.5, 1.0]
+    assert main(["compare", before, after, "--samples", str(tmp_path / "samples_before.jsonl"), "/nope"]) != 0
+    assert "no sampled record file at /nope" in capsys.readouterr().err

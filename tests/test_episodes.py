@@ -389,6 +389,45 @@ def test_episode_eval_writes_records_and_frames_and_resumes(policy, tmp_path):
 
 
 @pytest.mark.slow
+def test_sampled_episodes_give_success_and_achievements_at_k(policy, tmp_path):
+    """K sampled episodes per world (`[eval] samples`): one record per world, its draws seeded (the same policy
+    draws the same episodes), and the comparison's success@k (`pass_at_k`, measure "success") and, for Crafter,
+    achievements@k with the worlds that any episode reached each achievement in."""
+    pytest.importorskip("crafter")
+    from vlrl import compare
+    from vlrl.episodes.evaluate import sample
+    from vlrl.episodes.rollout import Settings
+    from vlrl.errors import EvalError
+
+    model, processor = policy
+    settings = Settings(max_turns=2, max_new_tokens=8, max_seq_length=4096, temperature=1.0)
+    make_env = lambda: make("crafter", size=64, area=32, max_turns=2)
+    path = tmp_path / "samples_before.jsonl"
+    records = sample(model, processor, make_env, [0, 1], path, settings, samples=3, env_name="crafter", batch_size=6)
+    assert [r["seed"] for r in records] == [0, 1] and all(len(r["draws"]) == 3 for r in records)
+    assert all(isinstance(d["achievements"], list) and d["length"] == 2 for r in records for d in r["draws"])
+    again = sample(model, processor, make_env, [0, 1], tmp_path / "again.jsonl", settings, samples=3,
+                   env_name="crafter", batch_size=6)
+    assert again == records  # seeded per world
+    assert sample(model, processor, make_env, [0, 1], path, settings, samples=3, env_name="crafter") == records
+    with pytest.raises(EvalError, match="temperature above 0"):
+        sample(model, processor, make_env, [0], path, Settings(temperature=0.0), samples=3, env_name="crafter")
+    # an "after" whose episodes all unlocked collect_wood, and one world place_table too
+    after = [{**r, "draws": [{**d, "correct": True, "achievements": ["collect_wood"] + (["place_table"] if r["seed"]
+              else [])} for d in r["draws"]]} for r in records]
+    (tmp_path / "samples_after.jsonl").write_text("".join(json.dumps(r) + "\n" for r in after))
+    episode = lambda s: {"id": f"seed-{s}", "kind": "episode", "seed": s, "success": False, "return": 0.0,
+                         "turns": [], "metrics": {"achievements": []}}
+    c = compare.with_samples(compare.compare([episode(0), episode(1)], [episode(0), episode(1)]), path,
+                             tmp_path / "samples_after.jsonl")
+    assert c["pass_at_k"]["measure"] == "success" and c["pass_at_k"]["pass_at_k_after"] == [1.0, 1.0, 1.0]
+    ak = c["achievements_at_k"]
+    assert ak["achievements_at_k_after"] == [1.5, 1.5, 1.5] and ak["reached_after"]["place_table"] == 0.5
+    summary = compare.summary(c)
+    assert "success@3" in summary and "achievements@3" in summary and "place_table 0% -> 50%" in summary
+
+
+@pytest.mark.slow
 def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     """The crafter-tiny preset's whole loop on real Crafter worlds: baseline episodes, two GSPO steps, episodes after,
     the comparison and the report. The export stage then verifies the adapter: trained when some group's returns

@@ -28,6 +28,29 @@ def test_pass_at_k_equals_brute_force_on_every_small_case(n):
             assert pass_at_k(n, c, k) == pytest.approx(brute_pass_at_k(outcomes, k), abs=1e-12), (n, c, k)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_achievements_at_k_is_the_mean_union_over_every_k_subset_of_episodes(n):
+    rng = random.Random(n)
+    names = ["collect_wood", "place_table", "collect_drink", "make_wood_pickaxe"]
+    for _ in range(20):
+        episodes = [[a for a in names if rng.random() < 0.4] for _ in range(n)]
+        record = {"id": "w", "draws": [{"achievements": e} for e in episodes]}
+        draws, unlocked = passk.achievement_counts([record])["w"]
+        for k in range(1, n + 1):
+            subsets = list(itertools.combinations(episodes, k))
+            brute = sum(len(set().union(*s)) for s in subsets) / len(subsets)
+            assert passk.achievements_at_k(draws, unlocked, k) == pytest.approx(brute, abs=1e-12), (episodes, k)
+        assert passk.achievements_at_k(draws, unlocked, 1) == pytest.approx(sum(map(len, episodes)) / n)
+
+
+def test_achievements_at_k_needs_achievement_lists_and_equal_k():
+    with pytest.raises(EvalError, match="achievement lists"):
+        passk.achievement_counts([{"id": "w", "draws": [{"correct": True}]}])
+    w = lambda i, *eps: {"id": i, "draws": [{"achievements": list(e)} for e in eps]}
+    with pytest.raises(EvalError, match="different numbers of episodes"):
+        passk.compare_achievements_at_k([w("a", [], [])], [w("a", [])])
+
+
 def test_pass_at_1_is_the_share_correct_and_bad_arguments_are_refused():
     assert pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
     for bad in ((4, 5, 1), (4, 1, 0), (4, 1, 5), (4, -1, 1)):

@@ -171,7 +171,7 @@ def cmd_validate(args) -> int:
 
 def cmd_compare(args) -> int:
     """Prints the comparison's summary; the whole comparison goes to --output as JSON."""
-    from vlrl.compare import compare, summary
+    from vlrl.compare import compare, summary, with_samples
     from vlrl.errors import EvalError
 
     for path in (args.before, args.after):
@@ -185,6 +185,13 @@ def cmd_compare(args) -> int:
         raise EvalError(f"--output {args.output} is a directory; give a file path, such as "
                         f"{os.path.join(args.output, 'comparison.json')}.")
     result = compare(args.before, args.after)  # damaged, mismatched or unpaired records raise EvalError themselves
+    samples = args.samples or [os.path.join(os.path.dirname(path), name)  # a run's sampled evals beside its evals
+                               for path, name in ((args.before, "samples_before.jsonl"),
+                                                  (args.after, "samples_after.jsonl"))]
+    for path in args.samples or ():
+        if not os.path.exists(path):
+            raise EvalError(f"no sampled record file at {path}; give two such as RUN_DIR/samples_before.jsonl.")
+    result = with_samples(result, *samples)  # pass@k; for episodes success@k and achievements@k
     print(summary(result))
     if args.output:
         with open(args.output, "w") as f:

@@ -107,6 +107,9 @@ def parser() -> argparse.ArgumentParser:
     c = _command(sub, "compare", "compare", "before/after statistics from two eval record files")
     c.add_argument("before", help="an eval record file, e.g. RUN_DIR/eval_before.jsonl")
     c.add_argument("after", help="an eval record file, e.g. RUN_DIR/eval_after.jsonl")
+    c.add_argument("--samples", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="two sampled eval files ([eval] samples = K) for pass@k, or for episodes success@k and "
+                        "achievements@k (default: samples_before/after.jsonl beside the two eval files, if there)")
     c.add_argument("--output", help="write the whole comparison as JSON to this file")
     d = sub.add_parser("data", help="inspect data sources", description="Data sources: `vlrl data inspect`.",
                        epilog=f"example:\n  {COMMANDS['data inspect'][1]}",

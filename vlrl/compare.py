@@ -17,6 +17,7 @@ from pathlib import Path
 from vlrl import answers, passk
 from vlrl.errors import EvalError
 from vlrl.records import by_id as records_by_id
+from vlrl.records import read_records
 from vlrl.rewards import META_COLUMNS
 from vlrl.stats import mcnemar_exact, wilson
 
@@ -251,12 +252,21 @@ def with_samples(comparison: dict, samples_before: str | Path, samples_after: st
         EvalError: a damaged sampled file, or sampled files without draws.
     """
     if Path(samples_before).exists() and Path(samples_after).exists():
-        b_rows = list(by_id(samples_before).values())
-        a_rows = list(by_id(samples_after).values())
+        sides = [read_records(p) for p in (samples_before, samples_after)]
+        if all(r.get("kind") == "episode_samples" for side in sides for r in side):  # worlds' sampled episodes
+            b_rows, a_rows = ([*records_by_id(side, str(p), ("id", "draws"), unit="world").values()]
+                              for side, p in zip(sides, (samples_before, samples_after)))
+        else:
+            b_rows, a_rows = (list(by_id(side, str(p)).values()) for side, p in zip(sides, (samples_before,
+                                                                                          samples_after)))
         if not (passk.is_sampled(b_rows) and passk.is_sampled(a_rows)):
             raise EvalError(f"{samples_before} and {samples_after} hold no sampled draws; they come from "
                             "`[eval] samples = K`.")
         comparison = {**comparison, "pass_at_k": _pass_at_k(b_rows, a_rows)}
+        if all(r.get("kind") == "episode_samples" for r in b_rows + a_rows):  # a draw is an episode: success@k
+            comparison["pass_at_k"]["measure"] = "success"
+        if passk.has_achievements(b_rows) and passk.has_achievements(a_rows):  # and Crafter's: achievements@k
+            comparison["achievements_at_k"] = passk.compare_achievements_at_k(b_rows, a_rows)
     return comparison
 
 

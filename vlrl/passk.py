@@ -171,3 +171,81 @@ def describe(change: dict, alpha: float = 0.05) -> str:
     else:
         verdict = "the model lost items it could reach before: its reachable set narrowed"
     return f"{first} and {top}: {verdict} ({counts_text})."
+
+
+# --- episodes: success@k and achievements@k ----------------------------------------------------------------------
+# An episode eval with K sampled episodes per held-out world (`vlrl.episodes.evaluate.sample`) writes one record per
+# world whose draws are its episodes ({"correct": success, "achievements": [...]}): pass@k above is then success@k,
+# the chance that at least one of k episodes of a world succeeds. achievements@k is its analogue for an open-ended
+# game: the expected number of distinct achievements that at least one of k episodes unlocks, which by linearity is
+# the sum over achievements of pass@k with c = the episodes that unlocked it (unbiased, as pass@k is). At k = 1 it
+# is the mean achievements per episode.
+
+def achievement_counts(records: list[dict]) -> dict:
+    """{id: (n, {achievement: episodes that unlocked it})} from sampled episode records.
+
+    >>> achievement_counts([{"id": "w", "draws": [{"achievements": ["a", "b"]}, {"achievements": ["a"]}]}])
+    {'w': (2, {'a': 2, 'b': 1})}
+    """
+    out = {}
+    for record in records:
+        draws = record.get("draws") or []
+        if not draws or any(not isinstance(d.get("achievements"), list) for d in draws):
+            raise EvalError(f"record {record.get('id')!r} has no episodes with achievement lists; achievements@k "
+                            "needs sampled episodes of an environment that reports achievements (Crafter).")
+        unlocked: dict[str, int] = {}
+        for draw in draws:
+            for name in set(draw["achievements"]):
+                unlocked[name] = unlocked.get(name, 0) + 1
+        out[record["id"]] = (len(draws), dict(sorted(unlocked.items())))
+    return out
+
+
+def has_achievements(records: list[dict]) -> bool:
+    """Whether sampled records carry each episode's achievements (achievements@k applies)."""
+    return is_sampled(records) and all(isinstance(d.get("achievements"), list) for r in records for d in r["draws"])
+
+
+def achievements_at_k(n: int, unlocked: dict, k: int) -> float:
+    """One world's achievements@k: the expected number of distinct achievements at least one of k episodes unlocks,
+    of n episodes where `unlocked[a]` unlocked achievement a.
+
+    >>> achievements_at_k(4, {"collect_wood": 4, "place_table": 2}, 1), achievements_at_k(4, {"place_table": 2}, 2)
+    (1.5, 0.8333333333333334)
+    """
+    return sum(pass_at_k(n, c, k) for c in unlocked.values())
+
+
+def compare_achievements_at_k(before: list[dict], after: list[dict], *, seed: int = 0) -> dict:
+    """Paired by world: achievements@k before and after for every k with bootstrap intervals over worlds and paired
+    ones of the change, the paired permutation test on achievements@1 (achievements per episode), and per achievement
+    the share of worlds where any of the K episodes unlocked it, before and after (what the scripted warm start never
+    reached and training does shows here).
+
+    >>> w = lambda i, *eps: {"id": i, "draws": [{"achievements": list(e)} for e in eps]}
+    >>> c = compare_achievements_at_k([w("a", [], ["x"]), w("b", [], [])], [w("a", ["x"], ["x", "y"]), w("b", ["x"], [])])
+    >>> c["achievements_at_k_before"], c["achievements_at_k_after"], c["reached_after"]["y"]
+    ([0.25, 0.5], [1.0, 1.5], 0.5)
+    """
+    b, a = achievement_counts(before), achievement_counts(after)
+    ids = [i for i in b if i in a]
+    if not ids:
+        raise EvalError("the two sampled evals share no world; compare evals of the same worlds.")
+    n = b[ids[0]][0]
+    if {b[i][0] for i in ids} | {a[i][0] for i in ids} != {n}:
+        raise EvalError("the sampled evals hold different numbers of episodes per world; sample every world K times.")
+    ks = list(range(1, n + 1))
+    out = {"samples": n, "n_paired": len(ids), "k": ks}
+    for side, counts_ in (("before", b), ("after", a)):
+        per_k = [[achievements_at_k(n, counts_[i][1], k) for i in ids] for k in ks]
+        out[f"achievements_at_k_{side}"] = [sum(v) / len(v) for v in per_k]
+        out[f"achievements_at_k_{side}_ci95"] = [list(bootstrap_ci(v, seed=seed)) for v in per_k]
+    deltas = [[achievements_at_k(n, a[i][1], k) - achievements_at_k(n, b[i][1], k) for i in ids] for k in ks]
+    out["achievements_at_k_delta"] = [sum(d) / len(d) for d in deltas]
+    out["achievements_at_k_delta_ci95"] = [list(bootstrap_ci(d, seed=seed)) for d in deltas]
+    out["achievements_at_1_p"] = paired_permutation(deltas[0])
+    names = sorted({name for counts_ in (b, a) for i in ids for name in counts_[i][1]})
+    for side, counts_ in (("before", b), ("after", a)):
+        out[f"reached_{side}"] = {name: sum(name in counts_[i][1] for i in ids) / len(ids) for name in names}
+    out["test"] = "paired sign-flip permutation test on per-world achievements per episode"
+    return out

@@ -18,6 +18,7 @@ The seeds: eval episodes use 0..eval_seeds-1, before and after alike; training e
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from vlrl import distributed, report, train
@@ -35,14 +36,23 @@ seeds = seeds_for
 def evaluate_episodes(config: RunConfig, policy, processor, run: str | Path | RunDir, when: str,
                       log=print) -> list[dict]:
     """The eval seeds' episodes into eval_<when>.jsonl and episode_frames/<when>/ ("before" resumes a partial file;
-    "after" starts over: episodes of an earlier adapter must never be scored as this one's)."""
+    "after" starts over: episodes of an earlier adapter must never be scored as this one's); with [eval] samples = K,
+    also K episodes of each eval world sampled at [eval] temperature into samples_<when>.jsonl (success@k and
+    achievements@k)."""
     run = RunDir.of(run)
-    path = run.eval_file(f"eval_{when}")
+    path, sampled = run.eval_file(f"eval_{when}"), run.eval_file(f"samples_{when}")
     if when == "after":
         path.unlink(missing_ok=True)
-    return evaluate.evaluate(policy, processor, environment(config), seeds(config, "eval"), path,
-                             settings_for(config, "eval"), env_name=config.env.name,
-                             frame_dir=run.episode_frames(when), batch_size=config.eval.batch_size, log=log)
+        sampled.unlink(missing_ok=True)
+    records = evaluate.evaluate(policy, processor, environment(config), seeds(config, "eval"), path,
+                                settings_for(config, "eval"), env_name=config.env.name,
+                                frame_dir=run.episode_frames(when), batch_size=config.eval.batch_size, log=log)
+    if config.eval.samples:
+        settings = replace(settings_for(config, "eval"), temperature=config.eval.temperature)
+        evaluate.sample(policy, processor, environment(config), seeds(config, "eval"), sampled, settings,
+                        samples=config.eval.samples, env_name=config.env.name, seed=config.eval.seed,
+                        batch_size=config.eval.batch_size, log=log)
+    return records
 
 
 def train_episodes(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print):

@@ -29,6 +29,10 @@ class ModelConfig:
     decode_format: str = "auto"
     warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
     warm_start_items: int = 0  # tiny / tiny-small only: generated items the warm start draws from (0: 512 / 4096)
+    # An episode run's warm start plays its environment with this player (WARM_START_PLAYERS): "random", uniformly
+    # drawn actions (valid, blind); "scripted", Crafter's scripted player (vlrl.envs.crafter_player: wood, a table,
+    # a wood pickaxe, water; deliberately imperfect), whose turns teach a policy that can act
+    warm_start_player: str = "random"
 
 
 @dataclass
@@ -163,6 +167,7 @@ DECODE_FORMATS = ("auto", "nf4", "int8", "fp8")  # [model] decode_format (vlrl.e
 LOCAL_MODELS = {"tiny": "tiny", "tiny-small": "small", "tiny-qwen3.5": "tiny", "tiny-qwen3.5-moe": "tiny"}
 LOCAL_FAMILIES = {"tiny-qwen3.5": "qwen3_5", "tiny-qwen3.5-moe": "qwen3_5_moe"}
 LORA_TARGETS = ("layers", "head", "layers+head")
+WARM_START_PLAYERS = {"random": "", "scripted": "crafter"}  # [model] warm_start_player -> the environment it needs
 LOADERS = ("auto", "synthetic", "mathvista", "geo3k", "virl39k", "generic")  # [data] loader (vlrl.data.LOADERS)
 COLUMNS = ("question", "answer", "image", "id", "choices", "answer_type")  # [data] columns' keys (vlrl.data.Fields)
 OPTIMIZERS = ("", "sgd")

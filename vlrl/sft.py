@@ -50,6 +50,8 @@ def sft(model_path: str | Path, items: list[dict], output_dir: str | Path, *, ma
     from transformers import AutoModelForImageTextToText, AutoProcessor, get_cosine_schedule_with_warmup
 
     output_dir = Path(output_dir)
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)  # a warm start logs into its not yet saved checkpoint
     torch.manual_seed(seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32).to(device)

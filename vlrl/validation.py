@@ -21,6 +21,7 @@ from vlrl.sections import (
     OPTIMIZERS,
     REWARDS,
     TRACKERS,
+    WARM_START_PLAYERS,
     RunConfig,
     TrainingConfig,
     did_you_mean,
@@ -107,6 +108,15 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add(f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds "
                 f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
                 "this model needs a cold start.")
+    if m.warm_start_player not in WARM_START_PLAYERS:
+        add(f"[model] warm_start_player = {m.warm_start_player!r} is unknown; choose one of "
+            f"{', '.join(WARM_START_PLAYERS)}.{did_you_mean(m.warm_start_player, WARM_START_PLAYERS)}")
+    elif WARM_START_PLAYERS[m.warm_start_player] not in ("", config.env.name):
+        add(f"[model] warm_start_player = {m.warm_start_player!r} plays {WARM_START_PLAYERS[m.warm_start_player]!r}, "
+            f"and this run's [env] name is {config.env.name!r}; use warm_start_player = \"random\" or that "
+            "environment.")
+    elif m.warm_start_player != "random" and not m.warm_start_steps:
+        add(f"[model] warm_start_player = {m.warm_start_player!r} needs a warm start: set warm_start_steps above 0.")
     problems += _batch_problems(t, processes, episodes=bool(config.env.name))
     for section, key, value, choices in (("model", "lora_targets", m.lora_targets, LORA_TARGETS),
                                          ("training", "optim", t.optim, OPTIMIZERS),

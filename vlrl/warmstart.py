@@ -33,7 +33,9 @@ EPISODE_BATCH = 8  # turns per warm-start step of an episode run: its contexts a
 # An episode run's warm start continues from FORMAT_START, which already writes the tags, so larger steps are safe and
 # fewer are needed: on grid-tiny's turns, 60 steps at 6e-3 end at the loss floor (0.07) with 2 of 32 sampled replies
 # invalid; at 3e-3, 50 steps left every reply invalid and 120 were needed (measured).
-EPISODE_WARM_LR = 6e-3
+# The wider small model takes smaller steps, as its single-turn warm start does (WARM_LR); 2e-3 keeps the tiny's
+# ratio of episode to single-turn rate (6e-3 : 3e-3), not measured on the small model's own turns
+EPISODE_WARM_LR = {"tiny": 6e-3, "small": 2e-3}
 # [env] fields the random-action turns do not depend on: a run with more eval seeds reuses the cached warm start
 EPISODE_KEY_IGNORES = ("train_seeds", "eval_seeds", "eval_temperature", "updates_per_rollout")
 SEED_OFFSET = 10_000  # warm-start items come from other seeds than the run's own items
@@ -46,7 +48,7 @@ def settings(config: RunConfig) -> dict:
     return {"size": size, "family": LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"), "seed": d.seed,
             "steps": m.warm_start_steps,
             "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
-            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS)}
+            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS), "player": m.warm_start_player}
 
 
 def generated_items(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
@@ -63,7 +65,8 @@ def items(config: RunConfig, *, exclude_held_out: bool = False) -> list[dict]:
         from vlrl.episodes.warm import items as episode_items
 
         env, rollout = episode_settings(config)
-        return episode_items(env, rollout, n=settings(config)["items"], seed=d.seed)
+        return episode_items(env, rollout, n=settings(config)["items"], seed=d.seed,
+                             player=config.model.warm_start_player)
     if d.source == "synthetic":
         s = settings(config)
         chosen = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
@@ -103,7 +106,7 @@ def model_path(config: RunConfig, log=print) -> str:
     s = settings(config)
     return str(ensure_tiny(seed=s["seed"], warm_start_steps=s["steps"], warm_start_items=s["items"],
                            image_size=s["image_size"], difficulty=s["difficulty"], tasks=s["tasks"], size=s["size"],
-                           family=s["family"], episodes=episode_settings(config), log=log))
+                           family=s["family"], episodes=episode_settings(config), player=s["player"], log=log))
 
 
 def episode_settings(config: RunConfig):
@@ -122,7 +125,8 @@ def _key(settings: dict) -> str:
 
 def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_start_steps: int = 300,
                 warm_start_items: int = 512, image_size: int = 128, difficulty: int = 1, tasks=None,
-                size: str = "tiny", family: str = "qwen3_vl", episodes=None, log=print) -> Path:
+                size: str = "tiny", family: str = "qwen3_vl", episodes=None, player: str = "random",
+                log=print) -> Path:
     """The warm-started tiny (or small) model's directory, built and cached on first use.
 
     Args:
@@ -137,6 +141,7 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         family: "qwen3_vl", "qwen3_5" or "qwen3_5_moe" (`vlrl.tiny.FAMILIES`).
         episodes: for an episode run, (its [env], its rollout settings): the items are then turns of random-action
             episodes (`vlrl.episodes.warm`) instead of generated questions.
+        player: who plays those episodes: "random" actions, or "scripted" (Crafter's scripted player).
     """
     cache_root = Path(cache_dir or cache.cache_dir())
     base = tiny.ensure_base(cache_root, seed=seed, size=size, family=family, log=log)
@@ -152,11 +157,13 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     if episodes is not None:
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
-               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR, "version": 2}
+               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR[size], "version": 2}
+        if player != "random":  # random-action warm starts keep their key, so existing caches stay valid
+            key["player"] = player
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
     if (warm / "config.json").exists():
         return warm
-    kind = "random-action episode turns" if episodes is not None else "generated items"
+    kind = f"{player}-action episode turns" if episodes is not None else "generated items"
     log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
     start = base
     if episodes is not None:
@@ -165,13 +172,13 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
         # steps then teach the action names, where a random model needs hundreds to learn the tags first
         start = ensure_tiny(cache_root, seed=seed, size=size, family=family, log=log, **FORMAT_START)
-        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed)
+        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed, player=player)
     else:
         chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
     tmp = tiny.tmp_dir(warm)
-    lr = EPISODE_WARM_LR if episodes is not None else WARM_LR[size]
+    lr = EPISODE_WARM_LR[size] if episodes is not None else WARM_LR[size]
     sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=lr,
-            batch_size=EPISODE_BATCH if episodes is not None else 16, log=log)
+            batch_size=EPISODE_BATCH if episodes is not None else 16, log_path=tmp / "sft_log.jsonl", log=log)
     (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
     tiny.replace_dir(tmp, warm)
     return warm

@@ -128,7 +128,38 @@ def summary(comparison: dict, alpha: float = 0.05) -> str:
                      "(left out of the paired statistics)")
     if c.get("crafter"):
         lines += crafter_lines(c["crafter"])
+    lines += at_k_lines(c)
     return "\n".join(lines)
+
+
+def at_k_lines(c: dict) -> list[str]:
+    """success@k and achievements@k of a comparison with sampled episodes (`[eval] samples = K`), in a few lines.
+
+    >>> from vlrl.passk import compare_achievements_at_k
+    >>> w = lambda i, *eps: {"id": i, "draws": [{"achievements": list(e)} for e in eps]}
+    >>> ak = compare_achievements_at_k([w("a", [], ["x"])], [w("a", ["x"], ["x", "y"])])
+    >>> print("\\n".join(at_k_lines({"achievements_at_k": ak})))
+    achievements@1 0.50 -> 1.50, achievements@2 1.00 -> 2.00 (2 episodes per world, 1 worlds; paired permutation p = 1 on achievements per episode)
+    reached by any of 2 episodes, share of worlds: x 100% -> 100%, y 0% -> 100%
+    """
+    lines = []
+    pk, ak = c.get("pass_at_k"), c.get("achievements_at_k")
+    if pk:
+        k = pk["samples"]
+        lines.append(f"success@1 {pk['pass_at_1_before']:.1%} -> {pk['pass_at_1_after']:.1%}, success@{k} "
+                     f"{pk['pass_at_k_before'][-1]:.1%} -> {pk['pass_at_k_after'][-1]:.1%} ({k} episodes per world; "
+                     f"paired permutation p = {pk['pass_at_1_p']:.3g} on success@1)")
+        lines.append(pk["meaning"].replace("pass@", "success@").replace("items", "worlds"))
+    if ak:
+        k = ak["samples"]
+        lines.append(f"achievements@1 {ak['achievements_at_k_before'][0]:.2f} -> {ak['achievements_at_k_after'][0]:.2f}"
+                     f", achievements@{k} {ak['achievements_at_k_before'][-1]:.2f} -> "
+                     f"{ak['achievements_at_k_after'][-1]:.2f} ({k} episodes per world, {ak['n_paired']} worlds; "
+                     f"paired permutation p = {ak['achievements_at_1_p']:.3g} on achievements per episode)")
+        lines.append(f"reached by any of {k} episodes, share of worlds: " + (", ".join(
+            f"{name} {ak['reached_before'][name]:.0%} -> {ak['reached_after'][name]:.0%}" for name in ak["reached_after"])
+            or "no achievement on either side"))
+    return lines
 
 
 def crafter_lines(crafter: dict) -> list[str]:

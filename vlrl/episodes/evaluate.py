@@ -13,6 +13,10 @@ A record:
 
 With `temperature` 0 the episodes are greedy; above 0 they are sampled with a seed fixed per batch, so the same
 policy on the same seeds draws the same episodes. Comparing two evals is `vlrl.episodes.compare`.
+
+`sample` plays K sampled episodes of each world (`[eval] samples = K`) into one record per world whose `draws` are
+its episodes, {success as `correct`, return, achievements, invalid actions, length}: success@k and achievements@k
+(`vlrl.passk`), the episode analogue of pass@k.
 """
 
 from __future__ import annotations
@@ -123,3 +127,60 @@ def crafter_score_line(records: list[dict]) -> str:
     report = crafter_report(unlocked)
     low, high = report["score_ci95"]
     return f"; Crafter score {report['score']:.2f}% [{low:.2f}, {high:.2f}] (the paper's measure, {len(records)} episodes)"
+
+
+def sample(model, processor, make_env, seeds, output_path: str | Path, settings: Settings, *, samples: int,
+           env_name: str, seed: int = 0, batch_size: int = 16, log=None) -> list[dict]:
+    """Plays `samples` sampled episodes of each world of `seeds` (at `settings.temperature`, seeded per world) and
+    appends one record per world to `output_path`, {id, kind: "episode_samples", env, seed, draws, temperature,
+    max_turns, max_new_tokens}; worlds already there are skipped (a resumed eval). Each batch holds whole worlds.
+
+    Raises:
+        EvalError: `samples` below 1, sampling at temperature 0 (every draw the same episode), or records there
+            played with other settings.
+    """
+    import torch
+
+    if samples < 1 or settings.temperature <= 0:
+        raise EvalError(f"sampled episodes need samples >= 1 and a temperature above 0 (got {samples} at "
+                        f"{settings.temperature}); greedy episodes are `evaluate`'s.")
+    output_path = Path(output_path)
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(output_path)
+    wanted = {k: getattr(settings, k) for k in SETTINGS}
+    existing = read_records(output_path)
+    for record in existing:
+        if {k: record.get(k) for k in SETTINGS} != wanted or len(record.get("draws", ())) != samples:
+            raise EvalError(f"{output_path} holds worlds sampled with other settings than {wanted} and {samples} "
+                            "episodes each; resume with the same ones, or write to a new file.")
+    done = {r.get("seed") for r in existing}
+    todo = [int(s) for s in seeds if int(s) not in done]
+    worlds = max(1, batch_size // samples)
+    progress = Progress(f"sampled episodes {output_path.name}", len(todo), "worlds", log)
+    started = time.time()
+    for start in range(0, len(todo), worlds):
+        batch = todo[start:start + worlds]
+        torch.manual_seed(SAMPLING_SEED + seed * 1_000_003 + batch[0])
+        episodes = play(model, processor, make_env, [s for s in batch for _ in range(samples)], settings)
+        lines = []
+        for k, world in enumerate(batch):
+            draws = [{"correct": bool(e.success), "return": e.total_return, "length": len(e.turns),
+                      "invalid_actions": sum(t["invalid"] for t in e.turns), "status": e.status,
+                      **({"achievements": list(e.metrics["achievements"])}
+                         if isinstance(e.metrics.get("achievements"), list) else {})}
+                     for e in episodes[k * samples:(k + 1) * samples]]
+            lines.append(json.dumps({"id": f"seed-{world}", "kind": "episode_samples", "env": env_name,
+                                     "seed": world, "draws": draws, **wanted}) + "\n")
+        with output_path.open("a") as f:
+            f.write("".join(lines))
+            f.flush()
+        progress.update(len(batch))
+    by_seed = {r["seed"]: r for r in read_records(output_path)}
+    records = [by_seed[int(s)] for s in seeds if int(s) in by_seed]
+    if log is not None and records:
+        draws = [d for r in records for d in r["draws"]]
+        log(f"sampled episodes: {len(todo)} worlds x {samples} in {time.time() - started:.1f} s; success "
+            f"{sum(d['correct'] for d in draws) / len(draws):.1%}"
+            + (f", achievements per episode {sum(len(d['achievements']) for d in draws) / len(draws):.2f}"
+               if all("achievements" in d for d in draws) else ""))
+    return records

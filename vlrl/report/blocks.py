@@ -174,7 +174,8 @@ def pass_at_k_table(c: dict) -> str:
         return f"{pct(value)} <span class=ci>[{ci[0]:.1%}, {ci[1]:.1%}]</span>"
 
     b_side, a_side = pk["before"], pk["after"]
-    rows = [[f"pass@{k}", with_ci(b, b_ci), with_ci(a, a_ci), f"{d:+.1%} <span class=ci>[{lo:+.1%}, {hi:+.1%}]</span>"]
+    name, unit = ("success", "worlds") if pk.get("measure") == "success" else ("pass", "items")  # episodes: worlds
+    rows = [[f"{name}@{k}", with_ci(b, b_ci), with_ci(a, a_ci), f"{d:+.1%} <span class=ci>[{lo:+.1%}, {hi:+.1%}]</span>"]
             for k, b, b_ci, a, a_ci, d, (lo, hi) in zip(pk["k"], b_side["pass_at_k"], b_side["ci95"], a_side["pass_at_k"],
                                                         a_side["ci95"], pk["pass_at_k_delta"], pk["pass_at_k_delta_ci95"])]
     rows += [["solved by no draw", with_ci(b_side["never"], b_side["never_ci95"]),
@@ -183,10 +184,10 @@ def pass_at_k_table(c: dict) -> str:
               with_ci(a_side["always"], a_side["always_ci95"]), f"{a_side['always'] - b_side['always']:+.1%}"]]
     m = pk["moves"]
     return "\n".join([
-        f"<p class=verdict>{esc(pk['meaning'])}</p>",
-        table(["", "before (95% CI over items)", "after", "change (95% paired bootstrap CI)"], rows, "stats"),
-        (f"<p>pass@1 change: {pk['pass_at_1_delta']:+.1%}, {esc(pk['test'])} p = {num(pk['pass_at_1_p'])}, on "
-        f"{pk['n_paired']} items with {pk['samples']} draws each.</p>"),
+        f"<p class=verdict>{esc(pk['meaning'].replace('pass@', f'{name}@').replace('items', unit))}</p>",
+        table(["", f"before (95% CI over {unit})", "after", "change (95% paired bootstrap CI)"], rows, "stats"),
+        (f"<p>{name}@1 change: {pk['pass_at_1_delta']:+.1%}, {esc(pk['test'].replace('items', unit))} p = "
+         f"{num(pk['pass_at_1_p'])}, on {pk['n_paired']} {unit} with {pk['samples']} draws each.</p>"),
         table(["before \\ after", "never solved", "sometimes", "always"],
               [[f"<b>{s}</b>", *(str(m[f"{s}_to_{t}"]) for t in ("never", "sometimes", "always"))]
                for s in ("never", "sometimes", "always")], "small"),

@@ -93,6 +93,32 @@ def crafter_table(crafter: dict) -> str:
             + table(["", "before", "after", "change (episodes gained / lost)", "paired test"], rows, "stats"))
 
 
+def achievements_at_k_table(c: dict) -> str:
+    """achievements@k of a comparison with sampled episodes: for every k the expected distinct achievements of k
+    episodes per world before and after, with intervals over worlds and the paired interval of the change, the test
+    on achievements per episode, and per achievement the share of worlds that any of the K episodes reached."""
+    ak = c.get("achievements_at_k")
+    if not ak:
+        return ""
+
+    def with_ci(value, ci):
+        return f"{value:.2f} <span class=ci>[{ci[0]:.2f}, {ci[1]:.2f}]</span>"
+
+    rows = [[f"achievements@{k}", with_ci(b, b_ci), with_ci(a, a_ci), f"{d:+.2f} <span class=ci>[{lo:+.2f}, {hi:+.2f}]</span>"]
+            for k, b, b_ci, a, a_ci, d, (lo, hi) in zip(
+                ak["k"], ak["achievements_at_k_before"], ak["achievements_at_k_before_ci95"],
+                ak["achievements_at_k_after"], ak["achievements_at_k_after_ci95"], ak["achievements_at_k_delta"],
+                ak["achievements_at_k_delta_ci95"])]
+    reached = [[esc(name), pct(ak["reached_before"][name]), pct(ak["reached_after"][name])] for name in ak["reached_after"]]
+    return "\n".join([
+        (f"<p>achievements@k: the expected number of distinct Crafter achievements that at least one of k episodes of a "
+         f"world unlocks ({ak['samples']} sampled episodes of each of {ak['n_paired']} worlds; achievements@1 is the "
+         f"mean per episode). {esc(ak['test'])}: p = {num(ak['achievements_at_1_p'])}.</p>"),
+        table(["", "before (95% CI over worlds)", "after", "change (95% paired bootstrap CI)"], rows, "stats"),
+        f"<p>Worlds where any of the {ak['samples']} episodes reached each achievement:</p>",
+        table(["achievement", "before", "after"], reached, "small")])
+
+
 def episode_strip(record: dict | None, frame_dir: Path, label: str) -> str:
     """One episode of one side: its filmstrip (each frame labelled with the turn and its action) and its replies."""
     if record is None:

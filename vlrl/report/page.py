@@ -27,7 +27,7 @@ from vlrl.report.blocks import (
     table,
     verdict,
 )
-from vlrl.report.episodes import episode_flips, episode_table, episode_verdict
+from vlrl.report.episodes import achievements_at_k_table, episode_flips, episode_table, episode_verdict
 from vlrl.report.plots import plot_comparison, plot_pass_at_k, plot_training
 from vlrl.rundir import RunDir
 
@@ -60,9 +60,10 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
     pass_at_k = []
     if c.get("pass_at_k"):
         pass_at_k_png = plot_pass_at_k(c["pass_at_k"], run.plots / "pass_at_k.png")
-        pass_at_k = ["<h2>pass@k: sharpening or learning</h2>",
+        measure = c["pass_at_k"].get("measure")  # "success": a draw is an episode, pass@k is success@k
+        pass_at_k = [f"<h2>{'success@k and achievements@k' if measure else 'pass@k'}: sharpening or learning</h2>",
                      f'<img class=plot alt="pass@k before and after" src="{file_uri(pass_at_k_png)}">',
-                     pass_at_k_table(c)]
+                     pass_at_k_table(c), achievements_at_k_table(c)]
 
     config_text = run.config_file.read_text() if run.config_file.exists() else None
     data_report = json.loads(run.data_report.read_text()) if run.data_report.exists() else None
