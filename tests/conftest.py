@@ -91,29 +91,43 @@ def pytest_runtest_call(item):
     return result
 
 
-def _ensure_tiny(**settings) -> Path:
-    """`vlrl.warmstart.ensure_tiny` one process at a time: on a fresh cache one pytest-xdist worker builds the model
-    while the others wait for it, instead of each building its own copy."""
+def _one_build_at_a_time() -> None:
+    """`vlrl.warmstart.ensure_tiny`, which builds and warm-starts every local model, runs under a file lock in the
+    cache: on a fresh cache a model that two pytest-xdist workers need is built by the first to ask while the other
+    waits, instead of by both at once (on a built cache the lock is held for a lookup). The lock is re-entrant: a warm
+    start asks for the model it starts from inside."""
     from filelock import FileLock  # torch's and huggingface_hub's dependency
 
-    from vlrl.warmstart import ensure_tiny
+    from vlrl import warmstart
 
-    cache = Path(os.environ["VLRL_CACHE"])
-    cache.mkdir(parents=True, exist_ok=True)
-    with FileLock(cache / ".tests.lock"):
-        return ensure_tiny(**settings)
+    ensure_tiny = warmstart.ensure_tiny
+
+    def ensure_tiny_locked(*args, **kwargs) -> Path:
+        cache = Path(os.environ["VLRL_CACHE"])
+        cache.mkdir(parents=True, exist_ok=True)
+        with FileLock(cache / ".tests.lock", is_singleton=True):
+            return ensure_tiny(*args, **kwargs)
+
+    warmstart.ensure_tiny = ensure_tiny_locked
+
+
+_one_build_at_a_time()
 
 
 @pytest.fixture(scope="session")
 def tiny_base_dir() -> Path:
     """The random tiny Qwen3-VL (no warm start)."""
-    return _ensure_tiny(warm_start_steps=0)
+    from vlrl.warmstart import ensure_tiny
+
+    return ensure_tiny(warm_start_steps=0)
 
 
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
     """The warm-started tiny Qwen3-VL, as the tiny preset uses it."""
-    return _ensure_tiny(**TINY_WARM)
+    from vlrl.warmstart import ensure_tiny
+
+    return ensure_tiny(**TINY_WARM)
 
 
 @pytest.fixture(scope="session")
