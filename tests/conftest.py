@@ -91,29 +91,6 @@ def pytest_runtest_call(item):
     return result
 
 
-def _one_build_at_a_time() -> None:
-    """`vlrl.warmstart.ensure_tiny`, which builds and warm-starts every local model, runs under a file lock in the
-    cache: on a fresh cache a model that two pytest-xdist workers need is built by the first to ask while the other
-    waits, instead of by both at once (on a built cache the lock is held for a lookup). The lock is re-entrant: a warm
-    start asks for the model it starts from inside."""
-    from filelock import FileLock  # torch's and huggingface_hub's dependency
-
-    from vlrl import warmstart
-
-    ensure_tiny = warmstart.ensure_tiny
-
-    def ensure_tiny_locked(*args, **kwargs) -> Path:
-        cache = Path(os.environ["VLRL_CACHE"])
-        cache.mkdir(parents=True, exist_ok=True)
-        with FileLock(cache / ".tests.lock", is_singleton=True):
-            return ensure_tiny(*args, **kwargs)
-
-    warmstart.ensure_tiny = ensure_tiny_locked
-
-
-_one_build_at_a_time()
-
-
 @pytest.fixture(scope="session")
 def tiny_base_dir() -> Path:
     """The random tiny Qwen3-VL (no warm start)."""
