@@ -34,13 +34,17 @@ RUN_FIXTURES = {"walkthrough", "tiny_run"}  # fixtures that build a full run: a 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config, items):
     """A test that needs a full tiny run is in the slow set whatever its own marks say, so that `-m "not slow"`
-    (`make test-fast`) never builds a run. These tests run first: pytest-xdist's load scheduling hands each worker
-    a first batch of consecutive tests (a quarter of its share), so one worker makes the run and reads it while the
-    others work through the rest instead of waiting for it (`walkthrough`)."""
+    (`make test-fast`) never builds a run.
+
+    The order is for pytest-xdist's work stealing (`make test`: `--dist worksteal`), which gives each worker a
+    consecutive share of the list and lets an idle one take the second half of the longest queue left: the run's
+    readers come first, so the first worker makes the run (`walkthrough`) and reads it while the others work through
+    their shares instead of waiting for it; then the rest of the slow set, then the quick tests, so what is stolen
+    near the end is short and the workers finish together."""
     readers = {item for item in items if RUN_FIXTURES & set(getattr(item, "fixturenames", ()))}
     for item in readers:
         item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item not in readers)  # stable: each part keeps its order
+    items.sort(key=lambda item: (item not in readers, not item.get_closest_marker("slow")))  # stable within each
 
 
 BUILT: list[str] = []  # the model-cache entries this process built, in order
