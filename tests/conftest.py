@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
+CACHE = os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # before torch is imported: pytest-xdist's workers share the cores
     # (`make test-fast` on the 2-core machine: 138 s in one process, 116 s in two workers of two threads each, 96 s
@@ -92,6 +92,20 @@ def pytest_runtest_call(item):
     before = len(BUILT)
     result = yield
     _built_outside_the_shared_fixtures(item, BUILT[before:], "the test")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    """A test that points $VLRL_CACHE elsewhere puts it back (monkeypatch.setenv): the tests after it in the same
+    process (a pytest-xdist worker runs a share of them, in no fixed order) would otherwise rebuild every model there
+    (vlrl.cache's doctest did: minutes of `make test`). This conftest sees only tests/, so a doctest in vlrl/ that
+    leaks it is caught at the next test's teardown."""
+    result = yield
+    if os.environ.get("VLRL_CACHE") != CACHE:
+        left, os.environ["VLRL_CACHE"] = os.environ.get("VLRL_CACHE"), CACHE
+        pytest.fail(f"VLRL_CACHE is {left!r} after this test (set by it, or by a doctest run before it in this "
+                    f"process): set it with monkeypatch.setenv, or mock.patch.dict in a doctest", pytrace=False)
     return result
 
 
