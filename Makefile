@@ -37,16 +37,23 @@ test-deps: install
 	bash scripts/ensure_chromium.sh chromium-driver  # headless Chromium for the report and calculator tests
 	bash rewards/install.sh                          # the calculator's Pyodide runtime (npm, pinned)
 
+# The tests run in pytest-xdist workers, one a logical core and at most 4 (each holds torch and a tiny model,
+# ~2 GB), an idle worker taking tests queued for a busy one (worksteal: the tests take 0.01 s to 3 min each, so
+# shares fixed in advance end apart). `make test TEST_WORKERS=0` runs them in one process (for -x, --pdb, or
+# prints to read in order).
+TEST_WORKERS ?= logical
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist worksteal
+
 # The whole suite. The GGUF export tests need llama.cpp and its converters: fetched here into the tests' cache
 # (tests/conftest.py's VLRL_CACHE default), not during the tests.
 test: test-deps $(VENV)/.gguf
 	VLRL_CACHE="$${VLRL_CACHE:-$(CURDIR)/.cache/vlrl}" $(BIN)/python -c 'import vlrl.export as e; e.llama_cpp_tools()'
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 # The suite less the slow set (`@pytest.mark.slow`: a full tiny run, training, the notebook, llama.cpp): no
 # llama.cpp build needed, and it never builds a run.
 test-fast: test-deps
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: install
 	$(BIN)/ruff check vlrl tests bench

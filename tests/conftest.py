@@ -12,8 +12,13 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
+CACHE = os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # before torch is imported: pytest-xdist's workers share the cores
+    # (`make test-fast` on the 2-core machine: 138 s in one process, 116 s in two workers of two threads each, 96 s
+    # in two of one thread each: threads waiting for a core another worker holds only burn it)
+    cores_each = (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, cores_each)))
 # trackio fixes its store's location when first imported (importing TRL does that): the tests' runs go to a store of
 # their own, removed at the end, never the user's ~/.cache/huggingface/trackio, and never to a Space or a server
 TRACKIO_DIR = os.environ["TRACKIO_DIR"] = tempfile.mkdtemp(prefix="vlrl-trackio-")
@@ -29,41 +34,78 @@ RUN_FIXTURES = {"walkthrough", "tiny_run"}  # fixtures that build a full run: a 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config, items):
     """A test that needs a full tiny run is in the slow set whatever its own marks say, so that `-m "not slow"`
-    (`make test-fast`) never builds a run."""
-    for item in items:
-        if RUN_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+    (`make test-fast`) never builds a run.
+
+    The order is for pytest-xdist's work stealing (`make test`: `--dist worksteal`), which gives each worker a
+    consecutive share of the list and lets an idle one take the second half of the longest queue left: the run's
+    readers come first, so the first worker makes the run (`walkthrough`) and reads it while the others work through
+    their shares instead of waiting for it; then the rest of the slow set, then the quick tests, so what is stolen
+    near the end is short and the workers finish together."""
+    readers = {item for item in items if RUN_FIXTURES & set(getattr(item, "fixturenames", ()))}
+    for item in readers:
+        item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: (item not in readers, not item.get_closest_marker("slow")))  # stable within each
 
 
-def _cache_entries() -> set[str]:
-    """The models in the cache (llama.cpp's converters, also there, are fetched by `make test` before pytest)."""
-    cache = Path(os.environ["VLRL_CACHE"])
-    return {p.name for p in cache.iterdir() if p.name.startswith(("tiny-", "small-"))} if cache.is_dir() else set()
+BUILT: list[str] = []  # the model-cache entries this process built, in order
 
 
-def _built_outside_the_shared_fixtures(test, built: set[str], where: str) -> None:
+def _record_builds() -> None:
+    """Every build of the model cache (a tiny model, a warm start) ends in `vlrl.tiny.replace_dir`; noted there, the
+    builds are this process's own: pytest-xdist's other workers fill the same cache meanwhile, so a listing of the
+    cache before and after a test would blame it for theirs. (A build in a subprocess goes unseen: no test outside
+    the slow set starts one that loads a model.)"""
+    from vlrl import tiny
+
+    replace_dir = tiny.replace_dir
+
+    def replace_dir_and_note(tmp: Path, final: Path) -> None:
+        replace_dir(tmp, final)
+        BUILT.append(final.name)
+
+    tiny.replace_dir = replace_dir_and_note
+
+
+_record_builds()
+
+
+def _built_outside_the_shared_fixtures(test, built: list[str], where: str) -> None:
     """A test outside the slow set must not build anything in the model cache (a tiny model, a warm start) but
     through the shared fixtures: on a fresh machine (CI) that would cost `make test-fast` minutes."""
     if built and test is not None and not test.get_closest_marker("slow"):
-        pytest.fail(f"{where} built {sorted(built)} in $VLRL_CACHE: take the shared fixture "
+        pytest.fail(f"{where} built {built} in $VLRL_CACHE: take the shared fixture "
                     f"({', '.join(sorted(CACHE_FIXTURES))}) or mark the test slow", pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef, request):
-    before = _cache_entries()  # the fixture's own dependencies are already set up
+    before = len(BUILT)  # the fixture's own dependencies are already set up
     result = yield
     if fixturedef.argname not in CACHE_FIXTURES:
-        _built_outside_the_shared_fixtures(getattr(request, "_pyfuncitem", None), _cache_entries() - before,
+        _built_outside_the_shared_fixtures(getattr(request, "_pyfuncitem", None), BUILT[before:],
                                            f"fixture {fixturedef.argname!r}")
     return result
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    before = _cache_entries()
+    before = len(BUILT)
     result = yield
-    _built_outside_the_shared_fixtures(item, _cache_entries() - before, "the test")
+    _built_outside_the_shared_fixtures(item, BUILT[before:], "the test")
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item):
+    """A test that points $VLRL_CACHE elsewhere puts it back (monkeypatch.setenv): the tests after it in the same
+    process (a pytest-xdist worker runs a share of them, in no fixed order) would otherwise rebuild every model there
+    (vlrl.cache's doctest did: minutes of `make test`). This conftest sees only tests/, so a doctest in vlrl/ that
+    leaks it is caught at the next test's teardown."""
+    result = yield
+    if os.environ.get("VLRL_CACHE") != CACHE:
+        left, os.environ["VLRL_CACHE"] = os.environ.get("VLRL_CACHE"), CACHE
+        pytest.fail(f"VLRL_CACHE is {left!r} after this test (set by it, or by a doctest run before it in this "
+                    f"process): set it with monkeypatch.setenv, or mock.patch.dict in a doctest", pytrace=False)
     return result
 
 
@@ -103,11 +145,23 @@ def walkthrough(tmp_path_factory, tiny_dir):
     its run directory). Its cells call the stages `vlrl run` calls, so its run directory is the session's one tiny run
     (`tiny_run`): a second full run of the same configuration would cost the suite a minute and prove nothing more
     (`vlrl run` itself, from scratch, runs in tests/test_distributed.py)."""
+    import nbformat
+    from filelock import FileLock
     from walkthrough import execute  # tests/walkthrough.py
 
-    work = tmp_path_factory.mktemp("notebook")
-    run_dir = work / "walkthrough"
-    return execute(run_dir, work, "executed.ipynb"), run_dir
+    # pytest-xdist's workers share the session's temporary root: the first to need the run makes it, the others wait
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    work = root / "notebook"
+    run_dir, executed = work / "walkthrough", work / "executed.ipynb"
+    with FileLock(root / "notebook.lock"):
+        if executed.exists():
+            return nbformat.read(executed, as_version=4), run_dir
+        if work.exists():
+            pytest.fail("the walkthrough failed in another pytest-xdist worker: its error is reported there")
+        work.mkdir()
+        return execute(run_dir, work, executed.name), run_dir
 
 
 @pytest.fixture(scope="session")

@@ -81,12 +81,14 @@ def test_vlrl_eval_samples_draws_reproducible_samples_and_records_the_task(run_d
     from vlrl.records import read_records
 
     paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
-    for path, seed in zip(paths, (0, 0, 1)):
+    for path, seed in zip(paths, (0, 0, 1)):  # 16 of the run's 40 tokens: no assertion reads an answer's end
         args = ["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(path),
-                "--samples", "2", "--temperature", "1.5", "--seed", str(seed), "--batch-size", "8"]
+                "--samples", "2", "--temperature", "1.5", "--seed", str(seed), "--batch-size", "8",
+                "--max-new-tokens", "16"]
         assert main(args) == 0
     first, again, other = (read_records(p) for p in paths)
     assert all(r["do_sample"] is True and r["temperature"] == 1.5 and r["samples"] == 2 for r in first)
+    assert all(r["max_new_tokens"] == 16 and d["completion_tokens"] <= 16 for r in first for d in r["draws"])
     assert all(len(r["draws"]) == 2 and r["num_correct"] == sum(d["correct"] for d in r["draws"]) for r in first)
     assert all(r["completion"] == r["draws"][0]["completion"] for r in first)  # the top level is the first draw
     assert [r["draws"] for r in again] == [r["draws"] for r in first]  # seeded: the same draws

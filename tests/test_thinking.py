@@ -41,14 +41,14 @@ def thinking_processor():
     return tiny.build_processor(chat_template=prompts.THINKING_CHAT_TEMPLATE)
 
 
-def test_the_tiny_tokenizer_has_qwen3s_thinking_ids_and_keeps_them_in_decoded_text(thinking_processor):
+def test_the_tiny_tokenizer_has_qwen3s_thinking_ids_and_keeps_them_in_decoded_text(thinking_processor, tiny_processor):
     tokenizer = thinking_processor.tokenizer
     assert thinking.think_ids(tokenizer) == (OPEN, CLOSE)
     assert tokenizer.encode(thinking.AFTER_CLOSE, add_special_tokens=False) == [NL2]
     # TRL decodes completions with skip_special_tokens, as Qwen3's tokenizer keeps <think> and </think> through that
     assert tokenizer.decode([OPEN, 18, CLOSE, NL2, 151645], skip_special_tokens=True) == "<think>3</think>\n\n"
     assert thinking.template_opening(thinking_processor) == "<think>\n"
-    assert thinking.template_opening(tiny.build_processor()) == ""
+    assert thinking.template_opening(tiny_processor) == ""
 
 
 # --- the engine's budget on handcrafted ids: P = pad, a prompt, then generated ones ---------------------------------
@@ -170,7 +170,7 @@ def test_rewards_score_the_answer_after_the_thinking(completion, format_score, p
     assert rewards.correctness_parts(completion, "3")["prediction"] == prediction
 
 
-def test_rewards_of_a_run_whose_prompt_opens_thinking_score_the_whole_turn(thinking_processor):
+def test_rewards_of_a_run_whose_prompt_opens_thinking_score_the_whole_turn(thinking_processor, tiny_processor):
     logged = {}
     funcs = thinking.with_thinking(rewards.reward_funcs(), thinking_processor, budget=2)
     assert [f.__name__ for f in funcs] == ["format_reward", "correctness_reward"]  # trainer logs keep the names
@@ -184,7 +184,7 @@ def test_rewards_of_a_run_whose_prompt_opens_thinking_score_the_whole_turn(think
     thinking_logged = {k: v for k, v in logged.items() if k.startswith("thinking/")}
     assert thinking_logged == {"thinking/tokens_mean": 1.5, "thinking/closed_rate": 0.5, "thinking/cut_rate": 0.0}
     plain = rewards.reward_funcs()
-    assert thinking.with_thinking(plain, tiny.build_processor()) is plain  # no thinking, no budget: unchanged
+    assert thinking.with_thinking(plain, tiny_processor) is plain  # no thinking, no budget: unchanged
 
 
 def test_a_thinking_record_rescores_to_its_stored_verdict():

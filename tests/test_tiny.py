@@ -66,6 +66,31 @@ def test_same_seed_same_weights():
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_a_missing_model_is_built_once_by_whoever_holds_its_lock(tmp_path):
+    """`tiny.build_once`: the first to ask builds; one that asks while that build holds the lock waits for it and
+    then finds the model built (a thread stands in for another process: each opens the lock file itself)."""
+    import threading
+
+    from filelock import FileLock
+
+    final = tmp_path / "tiny-model"
+    answers = []
+
+    def ask():
+        with tiny.build_once(final) as missing:
+            answers.append(missing)
+
+    with FileLock(tmp_path / ".tiny-model.lock"):  # another process's build, under way
+        waiter = threading.Thread(target=ask)
+        waiter.start()
+        final.mkdir()
+        (final / "config.json").write_text("{}")  # ... and in place
+    waiter.join()
+    assert answers == [False]
+    with tiny.build_once(tmp_path / "other") as missing:
+        assert missing
+
+
 @pytest.mark.slow
 def test_warm_start_teaches_the_format(tiny_dir, tiny_processor):
     """After the warm start, greedy answers carry the tags, and sampled answers differ in reward (GSPO's signal)."""

@@ -4,8 +4,11 @@ and whether the Hugging Face hub may be reached at all (`hub_offline`).
 `$VLRL_CACHE` when set, else ~/.cache/vlrl; read at each call, so a test or a script may point it elsewhere after
 importing vlrl.
 
-    >>> import os; os.environ["VLRL_CACHE"] = "/tmp/vlrl-doctest"; str(cache_dir())
-    '/tmp/vlrl-doctest'
+    >>> import os
+    >>> from unittest import mock
+    >>> with mock.patch.dict(os.environ, VLRL_CACHE="/tmp/elsewhere"):
+    ...     str(cache_dir())
+    '/tmp/elsewhere'
 """
 
 from __future__ import annotations

@@ -21,8 +21,10 @@ it the format (and a little of the task) on generated items and caches the resul
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from vlrl import cache
@@ -231,15 +233,36 @@ def replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp)
 
 
+@contextlib.contextmanager
+def build_once(final: Path) -> Iterator[bool]:
+    """Whether `final` (a model directory in the cache) still has to be built, asked under a lock held until the build
+    is in place: processes that need the same missing model at once (two runs started together, the tests' pytest-xdist
+    workers on a fresh cache) build it once, the others waiting for it. A model already built is no lock's business.
+
+        with build_once(path) as missing:
+            if missing:
+                ...  # build into tmp_dir(path), then replace_dir
+    """
+    if (final / "config.json").exists():
+        yield False
+        return
+    from filelock import FileLock  # torch's and huggingface_hub's dependency
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(final.with_name(f".{final.name}.lock")):
+        yield not (final / "config.json").exists()  # another process may have built it while this one waited
+
+
 def ensure_base(cache_dir: str | Path | None = None, *, seed: int = 0, size: str = "tiny", family: str = "qwen3_vl",
                 log=print) -> Path:
     """The random tiny (or small) model's directory in the cache, built on first use (`vlrl.warmstart` warm-starts
     it)."""
     name = f"{size}-{NAMES[family]}"
     base = Path(cache_dir or cache.cache_dir()) / f"{name}-seed{seed}"
-    if not (base / "config.json").exists():
-        log(f"building the {size} {NAMES[family]} into {base}")
-        build_tiny(base, seed=seed, size=size, family=family)
+    with build_once(base) as missing:
+        if missing:
+            log(f"building the {size} {NAMES[family]} into {base}")
+            build_tiny(base, seed=seed, size=size, family=family)
     return base
 
 

@@ -161,26 +161,27 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         if player != "random":  # random-action warm starts keep their key, so existing caches stay valid
             key["player"] = player
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")
-    if (warm / "config.json").exists():
-        return warm
-    kind = f"{player}-action episode turns" if episodes is not None else "generated items"
-    log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
-    start = base
-    if episodes is not None:
-        from vlrl.episodes.warm import items as episode_items
+    with tiny.build_once(warm) as missing:  # one process builds it, any other waits for it
+        if not missing:
+            return warm
+        kind = f"{player}-action episode turns" if episodes is not None else "generated items"
+        log(f"warm start: {warm_start_steps} supervised steps on {warm_start_items} {kind} -> {warm}")
+        start = base
+        if episodes is not None:
+            from vlrl.episodes.warm import items as episode_items
 
-        # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
-        # steps then teach the action names, where a random model needs hundreds to learn the tags first
-        start = ensure_tiny(cache_root, seed=seed, size=size, family=family, log=log, **FORMAT_START)
-        chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed, player=player)
-    else:
-        chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
-    tmp = tiny.tmp_dir(warm)
-    lr = EPISODE_WARM_LR[size] if episodes is not None else WARM_LR[size]
-    sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=lr,
-            batch_size=EPISODE_BATCH if episodes is not None else 16, log_path=tmp / "sft_log.jsonl", log=log)
-    (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
-    tiny.replace_dir(tmp, warm)
+            # from the model that already writes the answer tags (the tiny preset's own warm start, cached once): a few
+            # steps then teach the action names, where a random model needs hundreds to learn the tags first
+            start = ensure_tiny(cache_root, seed=seed, size=size, family=family, log=log, **FORMAT_START)
+            chosen = episode_items(episodes[0], episodes[1], n=warm_start_items, seed=seed, player=player)
+        else:
+            chosen = generated_items(seed, warm_start_items, image_size, difficulty, tasks)
+        tmp = tiny.tmp_dir(warm)
+        lr = EPISODE_WARM_LR[size] if episodes is not None else WARM_LR[size]
+        sft.sft(start, chosen, tmp, max_steps=warm_start_steps, seed=seed, learning_rate=lr,
+                batch_size=EPISODE_BATCH if episodes is not None else 16, log_path=tmp / "sft_log.jsonl", log=log)
+        (tmp / "warm_start.json").write_text(json.dumps(key, indent=2))
+        tiny.replace_dir(tmp, warm)
     return warm
 
 
