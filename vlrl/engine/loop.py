@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from vlrl.engine import fusion
+from vlrl.engine.fusion import fused, recording
 from vlrl.engine.sampling import Budget, TokenChooser
 
 CHECK_EVERY = 8  # steps between the host's looks at "has every row stopped?": at most 7 wasted steps a batch
@@ -143,10 +143,10 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
                 input_ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
                 is_first_iteration=True, logits_to_keep=1, **inputs)
             grouping = static and not decoding.synced  # FSDP's flat parameters are not regrouped
-            with fusion.recording(base) if grouping else contextlib.nullcontext():
+            with recording(base) if grouping else contextlib.nullcontext():
                 logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
             own_mask = _own_mask(base, length, full_mask)
-            with fusion.fused(base) if grouping else contextlib.nullcontext(0) as fused_groups:
+            with fused(base) if grouping else contextlib.nullcontext(0) as fused_groups:
                 for step in range(decoding.max_new_tokens):
                     token = chooser(logits)
                     tokens[:, step] = token
