@@ -44,11 +44,12 @@ def evaluate_episodes(config: RunConfig, policy, processor, run: str | Path | Ru
     if when == "after":
         path.unlink(missing_ok=True)
         sampled.unlink(missing_ok=True)
-    records = evaluate.evaluate(policy, processor, environment(config), seeds(config, "eval"), path,
-                                settings_for(config, "eval"), env_name=config.env.name,
-                                frame_dir=run.episode_frames(when), batch_size=config.eval.batch_size, log=log)
+    settings = settings_for(config, "eval")
+    records = evaluate.evaluate(policy, processor, environment(config), seeds(config, "eval"), path, settings,
+                                env_name=config.env.name, frame_dir=run.episode_frames(when),
+                                batch_size=config.eval.batch_size, log=log)
     if config.eval.samples:
-        settings = replace(settings_for(config, "eval"), temperature=config.eval.temperature)
+        settings = replace(settings, temperature=config.eval.temperature)
         evaluate.sample(policy, processor, environment(config), seeds(config, "eval"), sampled, settings,
                         samples=config.eval.samples, env_name=config.env.name, seed=config.eval.seed,
                         batch_size=config.eval.batch_size, log=log)

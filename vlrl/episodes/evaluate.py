@@ -75,18 +75,8 @@ def evaluate(model, processor, make_env, seeds, output_path: str | Path, setting
     import torch
 
     output_path, frame_dir = Path(output_path), Path(frame_dir)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in seeds]
-    drop_torn_tail(output_path)
-    existing = read_records(output_path)
-    wanted = {k: getattr(settings, k) for k in SETTINGS}
-    for record in existing:
-        found = {k: record.get(k) for k in SETTINGS}
-        if found != wanted:
-            raise EvalError(f"{output_path} holds episodes played with {found}, and this eval asks for {wanted}; "
-                            "resume with the same settings, or write to a new file.")
-    done = {r.get("seed") for r in existing}
-    todo = [s for s in seeds if s not in done]
+    todo = _pending(output_path, seeds, {k: getattr(settings, k) for k in SETTINGS}, _settings_of)
     started = time.time()
     played: list[Episode] = []
     progress = Progress(f"eval {output_path.name}", len(todo), "episodes", log)  # minutes on CPU, hours on a GPU
@@ -95,14 +85,10 @@ def evaluate(model, processor, make_env, seeds, output_path: str | Path, setting
         if settings.temperature > 0:
             torch.manual_seed(SAMPLING_SEED + batch[0])
         episodes = play(model, processor, make_env, batch, settings)
-        lines = [json.dumps(to_record(e, env_name, settings, save_frames(e, frame_dir))) + "\n" for e in episodes]
-        with output_path.open("a") as f:
-            f.write("".join(lines))
-            f.flush()
+        _append(output_path, [to_record(e, env_name, settings, save_frames(e, frame_dir)) for e in episodes])
         played += episodes
         progress.update(len(batch))
-    by_seed = {r["seed"]: r for r in read_records(output_path)}
-    records = [by_seed[s] for s in seeds if s in by_seed]
+    records = _in_order(output_path, seeds)
     if log is not None and records:
         seconds = time.time() - started
         s = summary(played) if played else {}
@@ -145,16 +131,10 @@ def sample(model, processor, make_env, seeds, output_path: str | Path, settings:
         raise EvalError(f"sampled episodes need samples >= 1 and a temperature above 0 (got {samples} at "
                         f"{settings.temperature}); greedy episodes are `evaluate`'s.")
     output_path = Path(output_path)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    drop_torn_tail(output_path)
+    seeds = [int(s) for s in seeds]
     wanted = {k: getattr(settings, k) for k in SETTINGS}
-    existing = read_records(output_path)
-    for record in existing:
-        if {k: record.get(k) for k in SETTINGS} != wanted or len(record.get("draws", ())) != samples:
-            raise EvalError(f"{output_path} holds worlds sampled with other settings than {wanted} and {samples} "
-                            "episodes each; resume with the same ones, or write to a new file.")
-    done = {r.get("seed") for r in existing}
-    todo = [int(s) for s in seeds if int(s) not in done]
+    todo = _pending(output_path, seeds, {**wanted, "samples": samples},
+                    lambda record: {**_settings_of(record), "samples": len(record.get("draws", ()))})
     worlds = max(1, batch_size // samples)
     progress = Progress(f"sampled episodes {output_path.name}", len(todo), "worlds", log)
     started = time.time()
@@ -162,21 +142,18 @@ def sample(model, processor, make_env, seeds, output_path: str | Path, settings:
         batch = todo[start:start + worlds]
         torch.manual_seed(SAMPLING_SEED + seed * 1_000_003 + batch[0])
         episodes = play(model, processor, make_env, [s for s in batch for _ in range(samples)], settings)
-        lines = []
+        records = []
         for k, world in enumerate(batch):
             draws = [{"correct": bool(e.success), "return": e.total_return, "length": len(e.turns),
                       "invalid_actions": sum(t["invalid"] for t in e.turns), "status": e.status,
                       **({"achievements": list(e.metrics["achievements"])}
                          if isinstance(e.metrics.get("achievements"), list) else {})}
                      for e in episodes[k * samples:(k + 1) * samples]]
-            lines.append(json.dumps({"id": f"seed-{world}", "kind": "episode_samples", "env": env_name,
-                                     "seed": world, "draws": draws, **wanted}) + "\n")
-        with output_path.open("a") as f:
-            f.write("".join(lines))
-            f.flush()
+            records.append({"id": f"seed-{world}", "kind": "episode_samples", "env": env_name, "seed": world,
+                            "draws": draws, **wanted})
+        _append(output_path, records)
         progress.update(len(batch))
-    by_seed = {r["seed"]: r for r in read_records(output_path)}
-    records = [by_seed[int(s)] for s in seeds if int(s) in by_seed]
+    records = _in_order(output_path, seeds)
     if log is not None and records:
         draws = [d for r in records for d in r["draws"]]
         log(f"sampled episodes: {len(todo)} worlds x {samples} in {time.time() - started:.1f} s; success "
@@ -184,3 +161,40 @@ def sample(model, processor, make_env, seeds, output_path: str | Path, settings:
             + (f", achievements per episode {sum(len(d['achievements']) for d in draws) / len(draws):.2f}"
                if all("achievements" in d for d in draws) else ""))
     return records
+
+
+def _settings_of(record: dict) -> dict:
+    """The settings (`SETTINGS`) a record was played with."""
+    return {k: record.get(k) for k in SETTINGS}
+
+
+def _pending(output_path: Path, seeds: list[int], wanted: dict, found_of) -> list[int]:
+    """Readies `output_path` for an eval that resumes it (a torn last line dropped) and returns the seeds not yet in
+    it, in order.
+
+    Raises:
+        EvalError: a record there whose `found_of(record)` is not `wanted`: two evals must never mix in one file.
+    """
+    output_path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(output_path)
+    existing = read_records(output_path)
+    for record in existing:
+        found = found_of(record)
+        if found != wanted:
+            raise EvalError(f"{output_path} holds episodes played with {found}, and this eval asks for {wanted}; "
+                            "resume with the same settings, or write to a new file.")
+    done = {r.get("seed") for r in existing}
+    return [s for s in seeds if s not in done]
+
+
+def _append(output_path: Path, records: list[dict]) -> None:
+    """A batch's records appended in one flushed write."""
+    with output_path.open("a") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records))
+        f.flush()
+
+
+def _in_order(output_path: Path, seeds: list[int]) -> list[dict]:
+    """The records of `output_path` for `seeds`, in their order."""
+    by_seed = {r["seed"]: r for r in read_records(output_path)}
+    return [by_seed[s] for s in seeds if s in by_seed]
