@@ -25,6 +25,7 @@
 #   s41b: the decode table (fastest of three calls each), the Qwen3.5 2B and 4B MathVista presets' shapes (1536 and 1024 tokens) for memory and the mismatch, then
 #         the 2B Crafter preset's step through the core again
 #   s41c: the Qwen3.5 2B preset's shape at micro-batch 2 and the 4B's at 1
+#   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -149,13 +150,15 @@ plan_s40b() {  # the Qwen3.5 9B preset's shape (1536 tokens, 8 at once, micro-ba
     --out $RESULTS/micro8 > $RESULTS/gspo_int8_1024_micro8.log 2>&1
 }
 
-crafter_2b_step() {  # two steps of one generation batch of the 2B Crafter preset through the one core, evals left out
+crafter_2b_step() {  # two steps of one generation batch of the 2B Crafter preset through the one core, evals left out;
+  # crafter_2b_step NAME [--set ...]: more settings (the preset's generation batch, say) under another name
+  local name=${1:-c2b-core}; shift || true
   (source bench/rehearsal.sh
    checkpoints 2b
-   VLRL_SKIP_EVALS=1 JOB_TIMEOUT=900 rehearse c2b-core qwen3-vl-2b-crafter \
+   VLRL_SKIP_EVALS=1 JOB_TIMEOUT=900 rehearse $name qwen3-vl-2b-crafter \
      --set model.name_or_path=/tmp/ckpt/qwen3-vl-2b-random --set training.max_steps=2 --set env.eval_seeds=8 \
-     --set training.gradient_accumulation_steps=2
-   cp /tmp/results/c2b-core.tar.gz $RESULTS/) > $RESULTS/crafter_2b.log 2>&1
+     --set training.gradient_accumulation_steps=2 "$@"
+   cp /tmp/results/$name.tar.gz $RESULTS/) > $RESULTS/crafter_2b_$name.log 2>&1
 }
 
 plan_s40c() {  # the 2B Crafter preset through the one core and the engine: two steps of one generation batch (8
@@ -208,6 +211,14 @@ plan_s41c() {  # the Qwen3.5 2B and 4B presets' shapes over 22 GiB at micro-batc
     --micro-batch 2 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-2b-micro2 > $RESULTS/gspo_qwen3.5-2b_1536_micro2.log 2>&1
   python3 bench/gpu_engine.py --size qwen3.5-4b --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
     --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-4b-micro1 > $RESULTS/gspo_qwen3.5-4b_1536_micro1.log 2>&1
+}
+
+plan_s42() {  # after fusion: the 2B Crafter preset's step through the core (one generation batch of 8, as the preset,
+  # then the step's 16 episodes at once), then s41c's Qwen3.5 rows (the 2B at micro-batch 2, the 4B at 1)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  crafter_2b_step c2b-fused
+  crafter_2b_step c2b-fused-gen16 --set training.generation_batch_size=16 --set training.gradient_accumulation_steps=4
+  plan_s41c
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
