@@ -145,7 +145,7 @@ plan_s40b() {  # the Qwen3.5 9B preset's shape (1536 tokens, 8 at once, micro-ba
   # preset's shape at micro-batch 8: does it fit 22 GiB, and how much faster is it? Both with expandable segments
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   python3 bench/gpu_engine.py --size qwen3.5-9b --completion 1536 --paths vlrl-int8 --generation-batch 8 \
-    --micro-batch 2 --steps 1 --warmup 1 --out $RESULTS/micro2 > $RESULTS/gspo_qwen3.5-9b_1536_micro2.log 2>&1
+    --micro-batch 2 --steps 1 --warmup 0 --out $RESULTS/micro2 > $RESULTS/gspo_qwen3.5-9b_1536_micro2.log 2>&1
   python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 16 --micro-batch 8 \
     --out $RESULTS/micro8 > $RESULTS/gspo_int8_1024_micro8.log 2>&1
 }
@@ -208,9 +208,9 @@ plan_s41c() {  # the Qwen3.5 2B and 4B presets' shapes over 22 GiB at micro-batc
   # at micro-batch 2, the 4B at 1
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   python3 bench/gpu_engine.py --size qwen3.5-2b --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
-    --micro-batch 2 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-2b-micro2 > $RESULTS/gspo_qwen3.5-2b_1536_micro2.log 2>&1
+    --micro-batch 2 --steps 1 --warmup 0 --out $RESULTS/qwen3.5-2b-micro2 > $RESULTS/gspo_qwen3.5-2b_1536_micro2.log 2>&1
   python3 bench/gpu_engine.py --size qwen3.5-4b --bf16 --completion 1536 --paths vlrl --generation-batch 8 \
-    --micro-batch 1 --steps 1 --warmup 1 --out $RESULTS/qwen3.5-4b-micro1 > $RESULTS/gspo_qwen3.5-4b_1536_micro1.log 2>&1
+    --micro-batch 1 --steps 1 --warmup 0 --out $RESULTS/qwen3.5-4b-micro1 > $RESULTS/gspo_qwen3.5-4b_1536_micro1.log 2>&1
 }
 
 plan_s42() {  # after fusion: the 2B Crafter preset's step through the core (one generation batch of 8, as the preset,

@@ -129,6 +129,12 @@ def test_compare_reads_sampled_episodes_beside_the_evals_or_named(tmp_path, caps
     assert main(["compare", before, after, "--output", str(tmp_path / "c.json")]) == 0
     out = capsys.readouterr().out
     assert "success@1 0.0% -> 50.0%, success@2 0.0% -> 100.0%" in out and "collect_wood 0% -> 100%" in out
-    assert json.loads((tmp_path / "c.json").read_text())["achievements_at_k"]["achievements_at_k_after"] == [0.5, 1.0]
+    written = json.loads((tmp_path / "c.json").read_text())
+    assert written["achievements_at_k"]["achievements_at_k_after"] == [0.5, 1.0]
+    # Crafter's score over all 6 sampled episodes a side, the bootstrap drawing worlds: no per-draw McNemar pairs
+    crafter = written["crafter_samples"]
+    assert (crafter["samples"], crafter["worlds"], crafter["after"]["rates"]["collect_wood"]) == (2, 3, 50.0)
+    assert crafter["achievements"] == {} and crafter["score_delta"] > 0
+    assert "2 sampled episodes of each of 3 worlds: Crafter score 0.00%" in out
     assert main(["compare", before, after, "--samples", str(tmp_path / "samples_before.jsonl"), "/nope"]) != 0
     assert "no sampled record file at /nope" in capsys.readouterr().err

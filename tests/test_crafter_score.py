@@ -91,3 +91,21 @@ def test_the_random_agent_bench_replays_its_recorded_episodes():
     recorded = json.loads(RECORDED.read_text())["per_episode"]
     for seed in (0, 1):
         assert play_random(seed) == recorded[seed]
+
+
+def test_clustered_bootstrap_draws_whole_worlds():
+    """K sampled episodes of one world are not independent: with `cluster=K` the score's interval comes from
+    resampling worlds, so worlds that differ widely but whose episodes agree give a wider interval than the same
+    episodes treated as independent; cluster 1 is the episode bootstrap as before, the same seeded draws."""
+    from vlrl.envs.achievements import crafter_report, paired_report
+
+    episodes = [["collect_wood", "place_table"]] * 4 + [[]] * 4 + [["collect_wood"]] * 4 + [[]] * 4  # 4 worlds x 4
+    lone = crafter_report(episodes)
+    worlds = crafter_report(episodes, cluster=4)
+    assert lone["score"] == worlds["score"] and lone["rates"] == worlds["rates"]
+    assert worlds["score_ci95"][1] - worlds["score_ci95"][0] > lone["score_ci95"][1] - lone["score_ci95"][0]
+    assert crafter_report(episodes, cluster=1) == lone
+    paired = paired_report([[]] * 16, episodes, cluster=4)
+    assert paired["achievements"] == {} and paired["score_delta"] == worlds["score"]
+    with pytest.raises(ValueError, match="worlds of 3"):
+        crafter_report(episodes, cluster=3)

@@ -267,6 +267,10 @@ def with_samples(comparison: dict, samples_before: str | Path, samples_after: st
             comparison["pass_at_k"]["measure"] = "success"
         if passk.has_achievements(b_rows) and passk.has_achievements(a_rows):  # and Crafter's: achievements@k
             comparison["achievements_at_k"] = passk.compare_achievements_at_k(b_rows, a_rows)
+            if comparison.get("crafter"):  # and Crafter's own measure over all the sampled episodes
+                from vlrl.episodes.compare import sampled_crafter
+
+                comparison["crafter_samples"] = sampled_crafter(b_rows, a_rows)
     return comparison
 
 

@@ -41,12 +41,14 @@ def unlocked_matrix(episodes) -> list[list[int]]:
     return [[int(name in set(unlocked or ())) for name in ACHIEVEMENTS] for unlocked in episodes]
 
 
-def crafter_report(episodes, *, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+def crafter_report(episodes, *, resamples: int = BOOTSTRAP, seed: int = 0, cluster: int = 1) -> dict:
     """The paper's figures of some episodes, each given as the list of achievements it unlocked.
 
     Args:
         episodes: one list of achievement names per episode (order and repeats do not matter).
         resamples: bootstrap resamples for the score's interval; seeded, so the same episodes give the same one.
+        cluster: episodes come in consecutive runs of this many from one world (K sampled episodes of each); the
+            bootstrap draws worlds, their episodes together, since episodes of one world are not independent.
 
     Returns:
         {"episodes": n, "score": percent, "score_ci95": [low, high], "rates": {achievement: percent},
@@ -65,7 +67,7 @@ def crafter_report(episodes, *, resamples: int = BOOTSTRAP, seed: int = 0) -> di
     counts = rows.sum(axis=0)
     rates = {name: 100.0 * float(c) / n for name, c in zip(ACHIEVEMENTS, counts)}
     rates_ci = {name: [100.0 * bound for bound in wilson(int(c), n)] for name, c in zip(ACHIEVEMENTS, counts)}
-    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    picks = _picks(n, cluster, resamples, seed)
     drawn = 100.0 * rows[picks].mean(axis=1)  # resamples x 22 rates, in percent
     scores = np.sort(np.expm1(np.log1p(drawn).mean(axis=1)))
     low, high = scores[int(0.025 * (resamples - 1))], scores[math.ceil(0.975 * (resamples - 1))]
@@ -73,10 +75,12 @@ def crafter_report(episodes, *, resamples: int = BOOTSTRAP, seed: int = 0) -> di
             "rates": rates, "rates_ci95": rates_ci}
 
 
-def paired_report(before, after, *, resamples: int = BOOTSTRAP, seed: int = 0) -> dict:
+def paired_report(before, after, *, resamples: int = BOOTSTRAP, seed: int = 0, cluster: int = 1) -> dict:
     """Before/after on the same worlds (episode i of each side played the same seed): both sides' reports, the
     change of the score with a paired bootstrap interval (the same episodes drawn on both sides), and per
-    achievement the episodes that gained and lost it with the exact McNemar p.
+    achievement the episodes that gained and lost it with the exact McNemar p. With `cluster` K > 1 (each world's
+    K sampled episodes in a row, `crafter_report`) the bootstrap draws worlds, and the per-achievement pairs are left
+    out: episode j before and episode j after share a world, not a draw, so no McNemar pairing exists.
 
     Returns:
         {"before": report, "after": report, "score_delta": points, "score_delta_ci95": [low, high],
@@ -92,12 +96,12 @@ def paired_report(before, after, *, resamples: int = BOOTSTRAP, seed: int = 0) -
 
     b = np.asarray(unlocked_matrix(before), dtype=float).reshape(-1, len(ACHIEVEMENTS))
     a = np.asarray(unlocked_matrix(after), dtype=float).reshape(-1, len(ACHIEVEMENTS))
-    result = {"before": crafter_report(before, resamples=resamples, seed=seed),
-              "after": crafter_report(after, resamples=resamples, seed=seed)}
+    result = {"before": crafter_report(before, resamples=resamples, seed=seed, cluster=cluster),
+              "after": crafter_report(after, resamples=resamples, seed=seed, cluster=cluster)}
     n = len(b)
     if n == 0 or len(a) != n:
         return {**result, "score_delta": None, "score_delta_ci95": None, "achievements": {}}
-    picks = np.random.default_rng(seed).integers(0, n, size=(resamples, n))
+    picks = _picks(n, cluster, resamples, seed)
 
     def scores(rows):
         return np.expm1(np.log1p(100.0 * rows[picks].mean(axis=1)).mean(axis=1))
@@ -106,10 +110,29 @@ def paired_report(before, after, *, resamples: int = BOOTSTRAP, seed: int = 0) -
     result["score_delta"] = result["after"]["score"] - result["before"]["score"]
     result["score_delta_ci95"] = [float(deltas[int(0.025 * (resamples - 1))]),
                                   float(deltas[math.ceil(0.975 * (resamples - 1))])]
+    if cluster > 1:
+        result["achievements"] = {}
+        return result
     gained, lost = ((a == 1) & (b == 0)).sum(axis=0), ((a == 0) & (b == 1)).sum(axis=0)
     result["achievements"] = {name: {"gained": int(g), "lost": int(lo), "mcnemar_p": mcnemar_exact(int(g), int(lo))}
                               for name, g, lo in zip(ACHIEVEMENTS, gained, lost)}
     return result
+
+
+def _picks(n: int, cluster: int, resamples: int, seed: int):
+    """Bootstrap resamples of n episode indices (resamples x n): whole runs of `cluster` consecutive episodes drawn
+    with replacement (cluster 1: single episodes).
+
+    >>> _picks(4, 2, 3, 0).shape, sorted({tuple(sorted({int(i) // 2 for i in row[:2]})) for row in _picks(4, 2, 50, 0)})
+    ((3, 4), [(0,), (1,)])
+    """
+    import numpy as np
+
+    cluster = max(1, cluster)
+    if n % cluster:
+        raise ValueError(f"{n} episodes do not come in worlds of {cluster}")
+    worlds = np.random.default_rng(seed).integers(0, n // cluster, size=(resamples, n // cluster))
+    return (worlds[:, :, None] * cluster + np.arange(cluster)).reshape(resamples, n)
 
 
 def record_achievements(record: dict) -> list[str] | None:

@@ -152,6 +152,9 @@ def at_k_lines(c: dict) -> list[str]:
         lines.append(pk["meaning"].replace("pass@", "success@").replace("items", "worlds"))
     if ak:
         k = ak["samples"]
+        if c.get("crafter_samples"):
+            lines += [f"{k} sampled episodes of each of {c['crafter_samples']['worlds']} worlds: "
+                      + crafter_lines(c["crafter_samples"])[0].replace(" points)", " points; worlds resampled)")]
         lines.append(f"achievements@1 {ak['achievements_at_k_before'][0]:.2f} -> {ak['achievements_at_k_after'][0]:.2f}"
                      f", achievements@{k} {ak['achievements_at_k_before'][-1]:.2f} -> "
                      f"{ak['achievements_at_k_after'][-1]:.2f} ({k} episodes per world, {ak['n_paired']} worlds; "
@@ -160,6 +163,27 @@ def at_k_lines(c: dict) -> list[str]:
             f"{name} {ak['reached_before'][name]:.0%} -> {ak['reached_after'][name]:.0%}" for name in ak["reached_after"])
             or "no achievement on either side"))
     return lines
+
+
+def sampled_crafter(before: list[dict], after: list[dict]) -> dict:
+    """Crafter's figures (`paired_report`) over the K sampled episodes of every world both sides played (`[eval]
+    samples = K`, records with `draws`), the bootstrap drawing worlds with their K episodes; plus `samples` and
+    `worlds`.
+
+    >>> w = lambda i, *eps: {"id": i, "draws": [{"achievements": list(e)} for e in eps]}
+    >>> r = sampled_crafter([w("a", [], []), w("b", [], [])], [w("a", ["collect_wood"], []), w("b", [], [])])
+    >>> r["after"]["rates"]["collect_wood"], r["samples"], r["worlds"]
+    (25.0, 2, 2)
+    """
+    b, a = ({r["id"]: r["draws"] for r in side} for side in (before, after))
+    ids = [i for i in b if i in a]
+    samples = len(b[ids[0]]) if ids else 0
+
+    def unlocked(side):
+        return [list(draw.get("achievements") or []) for i in ids for draw in side[i]]
+
+    return {**paired_report(unlocked(b), unlocked(a), cluster=max(1, samples)), "samples": samples,
+            "worlds": len(ids)}
 
 
 def crafter_lines(crafter: dict) -> list[str]:
