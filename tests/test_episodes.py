@@ -4,6 +4,7 @@ actions, an environment that raises), TRL's loss over a step's turns in passes, 
 the uninterrupted one's adapter, and episode eval records with resume."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -232,6 +233,51 @@ def test_rollouts_count_drops_truncation_invalid_actions_and_failures(policy):
     assert "ConnectionError" in mixed[0].failure and summary(mixed)["failed"] == 2
 
 
+class Lasting(Env):
+    """A grid whose episode of seed s ends after s + 1 steps, whatever the replies: episodes of unequal lengths."""
+
+    name, actions = "lasting", ("up", "down", "left", "right")
+
+    def __init__(self):
+        self.grid, self.turns, self.length = GridEnv(size=3), 0, 0
+
+    def reset(self, seed):
+        self.turns, self.length = 0, seed + 1
+        return self.grid.reset(seed)
+
+    def step(self, reply):
+        self.turns += 1
+        result = self.grid.step(reply)
+        return replace(result, done=self.turns >= self.length)
+
+    def metrics(self):
+        return self.grid.metrics()
+
+
+@pytest.mark.slow
+def test_an_ended_episode_hands_its_slot_to_the_next_seed(policy, monkeypatch):
+    """With fewer slots than episodes, an episode that ends is replaced at the next turn by the next seed's, so every
+    turn decodes a full batch while seeds wait; each episode still plays to its own end, returned in seed order."""
+    from vlrl import engine
+    from vlrl.episodes.rollout import Settings, play
+
+    model, processor = policy
+    decoded, complete = [], engine.complete
+
+    def recording(model, processor, texts, images, decoding):
+        decoded.append((len(texts), decoding.rows))
+        return complete(model, processor, texts, images, decoding)
+
+    monkeypatch.setattr(engine, "complete", recording)
+    settings = Settings(max_turns=8, max_new_tokens=4, max_seq_length=4096, max_images_in_context=1)
+    episodes = play(model, processor, Lasting, [2, 0, 0, 1], settings, batch_size=2)
+    assert [e.seed for e in episodes] == [2, 0, 0, 1] and [len(e.turns) for e in episodes] == [3, 1, 1, 2]
+    assert all(e.status == "done" for e in episodes)
+    # slots of 2: {2, 0} -> 0 ends, the second 0 joins -> it ends, 1 joins -> 2 ends -> 1 alone (chunks of 2 played
+    # one after the other would decode 2, 1, 1 then 2, 1)
+    assert decoded == [(2, 2), (2, 2), (2, 2), (1, 2)]
+
+
 @pytest.mark.slow
 def test_fast_generation_decodes_each_turn_in_a_static_cache_of_bucketed_length(policy, monkeypatch):
     """Each turn's static KV cache (compiled on a CUDA GPU) holds the whole context and reply, at a few bucketed
@@ -439,16 +485,17 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
 
     played, play_batch = [], rollout._play_batch  # how many episodes each rollout batch played together
 
-    def recording(model, processor, make_env, seeds, settings):
-        played.append(len(seeds))
-        return play_batch(model, processor, make_env, seeds, settings)
+    def recording(model, processor, make_env, seeds, settings, slots=0):
+        played.append((len(seeds), slots))
+        return play_batch(model, processor, make_env, seeds, settings, slots=slots)
 
     monkeypatch.setattr(rollout, "_play_batch", recording)
     run = tmp_path / "crafter"
     # two of each step's four training episodes at a time: the 2B/8B presets' cap on the rollout's memory
     code = cli.main(["run", "--preset", "crafter-tiny", "--run-dir", str(run), "--set",
                      "training.generation_batch_size=2"])
-    assert played == [4, 2, 2, 2, 2, 4]  # the 4 eval episodes at once, before and after; each step 2 x 2
+    # the 4 eval episodes at once, before and after; each step's 4 training episodes through 2 slots
+    assert played == [(4, 0), (4, 2), (4, 2), (4, 0)]
     before, after = read_records(run / "eval_before.jsonl"), read_records(run / "eval_after.jsonl")
     assert [r["seed"] for r in before] == [r["seed"] for r in after] == [0, 1, 2, 3]
     assert all(r["env"] == "crafter" and r["length"] >= 1 for r in before + after)

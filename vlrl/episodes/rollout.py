@@ -4,11 +4,12 @@ image caps, the context measured with its image tokens, and every abnormal end c
     episodes = play(policy, processor, lambda: make("grid"), seeds=[0, 0, 1, 1], settings=Settings(max_turns=8))
     summary(episodes)   # {"episodes": 4, "success_rate": ..., "invalid_actions": ..., "truncated": ..., ...}
 
-Each turn the active episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered
+Each turn the live episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered
 with the chat template and their images, measured by the processor (image tokens included), and decoded together by
 the decoding engine (`vlrl.engine`; on a CUDA GPU with `fast_generation`, a static KV cache in steps of
 `CACHE_BUCKET` tokens and compiled decoding, the batch's rows kept as episodes end, so a whole episode compiles a few
-decoding graphs). An episode ends:
+decoding graphs). At most `batch_size` episodes are live at once: one that ends hands its slot to the next seed's
+episode, which joins the next turn's batch, so episodes of unequal lengths keep the batch full. An episode ends:
 - `done`: the environment said so (its `metrics()["success"]` says whether it succeeded);
 - `max_turns`: the run's turn cap was reached first;
 - `truncated`: its next turn (context + the reply budget) would not fit `max_seq_length`: the episode stops there,
@@ -116,14 +117,12 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
             its end.
         seeds: the episodes' seeds.
         settings: `Settings`.
-        batch_size: episodes decoded together (0: all of them).
+        batch_size: episodes decoded together (0: all of them); an episode that ends hands its slot to the next
+            seed's episode at the next turn, so the batch stays full while episodes of unequal lengths end.
         log: optional callable for a one-line summary.
     """
     started = time.time()
-    episodes = []
-    size = batch_size or len(seeds) or 1
-    for start in range(0, len(seeds), size):
-        episodes += _play_batch(model, processor, make_env, list(seeds[start:start + size]), settings)
+    episodes = _play_batch(model, processor, make_env, list(seeds), settings, slots=batch_size)
     if log is not None and episodes:
         s = summary(episodes)
         log(f"episodes: {s['episodes']} in {time.time() - started:.1f} s; success {s['success_rate']:.0%}, mean "
@@ -147,50 +146,72 @@ def summary(episodes: list[Episode]) -> dict:
 
 # --- one batch of episodes -----------------------------------------------------------------------------------------
 
-def _play_batch(model, processor, make_env, seeds, settings: Settings) -> list[Episode]:
+def _play_batch(model, processor, make_env, seeds, settings: Settings, *, slots: int = 0) -> list[Episode]:
+    """Every seed's episode, at most `slots` of them (0: all) decoded together each turn: when an episode ends, the
+    next seed's episode starts in its slot and joins the next turn's batch."""
+    slots = min(slots or len(seeds), len(seeds)) or 1
     decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
                                    temperature=settings.temperature, static=settings.fast_generation,
                                    record_logps=settings.record_logps)
-    decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=len(seeds))
+    decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=slots)
     episodes = [Episode(seed=int(seed)) for seed in seeds]
     envs = [None] * len(seeds)
-    for i, episode in enumerate(episodes):
-        try:
-            envs[i] = make_env()
-            observation = envs[i].reset(episode.seed)
-            messages, dropped = opening(envs[i].describe(), observation, settings)
-        except Exception as err:  # noqa: BLE001 - an environment that raises fails its episode, never the run
-            _end(episode, envs[i], "failed", failure=_reason(err, "reset"))
-            continue
-        episode.messages, episode.dropped_per_message = messages, dropped
-        episode.frames.append(observation.image)
+    waiting, live = iter(range(len(seeds))), []
     try:
-        while active := [i for i, e in enumerate(episodes) if not e.ended]:
-            texts, images, lengths = [], [], []
-            for i in active:
-                text, ims = prompt_text(processor, episodes[i].context(settings.max_images_in_context))
-                texts.append(text)
-                images.append(ims)
-            lengths = measure(processor, texts, images)
-            fits = []
-            for i, n in zip(active, lengths):
-                if n + settings.max_new_tokens > settings.max_seq_length:
-                    _end(episodes[i], envs[i], "truncated")  # never cut: the episode stops before the overflow
-                else:
-                    fits.append(i)
-            if not fits:
-                continue
-            keep = [active.index(i) for i in fits]
-            replies = engine.complete(model, processor, [texts[k] for k in keep], [images[k] for k in keep], decoding)
-            for i, k, reply in zip(fits, keep, replies):
-                if reply.logps is not None:
-                    episodes[i].reply_logps.append(reply.logps)
-                _take_turn(episodes[i], envs[i], reply.text, reply.ids, lengths[k], settings)
+        while True:
+            while len(live) < slots and (i := next(waiting, None)) is not None:  # free slots take the next seeds
+                envs[i] = _start(episodes[i], make_env, settings)
+                if not episodes[i].ended:
+                    live.append(i)
+            if not live:
+                break
+            _turn(model, processor, decoding, [episodes[i] for i in live], [envs[i] for i in live], settings)
+            live = [i for i in live if not episodes[i].ended]
     finally:
         for episode, env in zip(episodes, envs):
             if not episode.ended:  # an interrupt: close what is open, keep nothing half-played
                 _end(episode, env, "failed", failure="interrupted")
     return episodes
+
+
+def _start(episode: Episode, make_env, settings: Settings):
+    """The episode's environment, reset to its seed, and its opening messages; an environment that raises fails
+    its episode (ended, with the reason), never the run. Returns the environment (None if it could not be made)."""
+    env = None
+    try:
+        env = make_env()
+        observation = env.reset(episode.seed)
+        messages, dropped = opening(env.describe(), observation, settings)
+    except Exception as err:  # noqa: BLE001
+        _end(episode, env, "failed", failure=_reason(err, "reset"))
+        return env
+    episode.messages, episode.dropped_per_message = messages, dropped
+    episode.frames.append(observation.image)
+    return env
+
+
+def _turn(model, processor, decoding, episodes: list[Episode], envs: list, settings: Settings) -> None:
+    """One turn of the live episodes: their contexts rendered and measured, those whose next turn would not fit
+    `max_seq_length` ended as truncated, the rest decoded together and stepped."""
+    texts, images = [], []
+    for episode in episodes:
+        text, ims = prompt_text(processor, episode.context(settings.max_images_in_context))
+        texts.append(text)
+        images.append(ims)
+    lengths = measure(processor, texts, images)
+    fits = []
+    for k, n in enumerate(lengths):
+        if n + settings.max_new_tokens > settings.max_seq_length:
+            _end(episodes[k], envs[k], "truncated")  # never cut: the episode stops before the overflow
+        else:
+            fits.append(k)
+    if not fits:
+        return
+    replies = engine.complete(model, processor, [texts[k] for k in fits], [images[k] for k in fits], decoding)
+    for k, reply in zip(fits, replies):
+        if reply.logps is not None:
+            episodes[k].reply_logps.append(reply.logps)
+        _take_turn(episodes[k], envs[k], reply.text, reply.ids, lengths[k], settings)
 
 
 def _take_turn(episode: Episode, env, reply: str, ids: list[int], context_tokens: int, settings: Settings) -> None:
