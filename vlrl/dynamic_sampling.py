@@ -12,7 +12,7 @@ the one that needs most, since generation and scoring gather across processes. A
 draw is trained as it is (its advantage is 0). Every step logs, on or off:
 
 - `frac_reward_zero_std`: the share of the step's first-drawn groups whose rewards were all equal (TRL's name);
-- `dynamic_sampling/extra_groups`: groups drawn again (on);
+- `dynamic_sampling/extra_groups`: groups drawn again (on), those that came back flat too included: the redraws' cost;
 - `dynamic_sampling/frac_zero_std_after`: the share still flat in what trains (on).
 
 `Redraws` is mixed into vlrl's single-turn GRPOTrainer; `vlrl.episodes.trainer` applies the same rule to episodes.
@@ -154,11 +154,11 @@ class Redraws:
             chosen = draw(most, len(self.train_dataset), self.args.seed, self.state.global_step, attempt, rank)
             fresh_rows = [self.train_dataset[i] for i in chosen for _ in range(group)]
             fresh = super()._generate_and_score_completions(fresh_rows)
+            extra += most  # every group drawn costs its rollout, whether or not it replaces a flat one
             fresh_flat = flat_groups(self._rewards, group)[rank * most:(rank + 1) * most].tolist()
             for old, new in replacements(flat, fresh_flat).items():
                 picks[old * group:(old + 1) * group] = [(len(batches), new * group + j) for j in range(group)]
                 flat[old] = False
-                extra += 1
             batches.append(fresh)
         merged = merge_rows(batches, picks, self.processing_class.tokenizer.pad_token_id) if len(batches) > 1 else out
         mask = merged["completion_mask"] * merged.get("tool_mask", 1)

@@ -250,12 +250,12 @@ class EpisodeRollouts:
             chosen = [pool[i] for i in redraw.draw(most, len(pool), self.args.seed, self.state.global_step, attempt,
                                                    rank)]
             fresh = self._play([seed for seed in chosen for _ in range(group)])
+            extra += most  # every group drawn costs its episodes, whether or not it replaces a flat one
             _, fresh_mine, fresh_flat = self._advantages(fresh)
             for old, new in redraw.replacements(local_flat, fresh_flat[rank * most:(rank + 1) * most].tolist()).items():
                 episodes[old * group:(old + 1) * group] = fresh[new * group:(new + 1) * group]
                 mine[old * group:(old + 1) * group] = fresh_mine[new * group:(new + 1) * group]
                 local_flat[old] = False
-                extra += 1
         for key, value in redraw.outcome(self.accelerator, extra, local_flat).items():
             self._metrics["train"][key].append(value)
         return episodes, mine
