@@ -105,6 +105,8 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     metrics = trainer._metrics["train"]
     assert metrics["frac_reward_zero_std"] == [0.5] and metrics["dynamic_sampling/extra_groups"] == [1.0]
     assert metrics["dynamic_sampling/frac_zero_std_after"] == [0.0]
+    lengths = [len(a) for a in answers]  # first draw: the flat group 4 x answer 0, the other each answer; then 1 group
+    assert metrics["dynamic_sampling/generated_tokens"] == [4 * lengths[0] + 2 * sum(lengths)]
     assert len(metrics["reward"]) == 1  # the first draw's, not the redraws'
     assert batch["advantages"].view(2, 4).abs().sum(dim=1).gt(0).all()
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
