@@ -149,7 +149,9 @@ def summary(episodes: list[Episode]) -> dict:
 def _play_batch(model, processor, make_env, seeds, settings: Settings, *, slots: int = 0) -> list[Episode]:
     """Every seed's episode, at most `slots` of them (0: all) decoded together each turn: when an episode ends, the
     next seed's episode starts in its slot and joins the next turn's batch."""
-    slots = min(slots or len(seeds), len(seeds)) or 1
+    if not seeds:
+        return []
+    slots = min(slots or len(seeds), len(seeds))
     decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
                                    temperature=settings.temperature, static=settings.fast_generation,
                                    record_logps=settings.record_logps)
