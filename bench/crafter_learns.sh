@@ -4,7 +4,8 @@
 #   bash bench/crafter_learns.sh [--set SECTION.KEY=VALUE ...]
 # runs `vlrl run --config bench/learning/crafter-learns.toml` (the scripted warm start of tiny-small, the 64 held-out
 # worlds before, GSPO, the same worlds after, comparison, report, adapter) into /tmp/results/crafter-learns, and copies
-# the run directory (without checkpoints and adapter weights), its log and the warm start's record to $OUT.
+# the run directory as one tarball (without checkpoints, adapter weights and frames), its log and the warm start's
+# record to $OUT.
 # A device command may run 10 minutes: the run stops itself at LIMIT seconds and the next call resumes it (the
 # baseline episodes resume, training from its last checkpoint, the episodes after start over), as long as the machine
 # is still held; the cache (/tmp/vlrl-cache: the built model and its warm start) stays with it.
@@ -27,8 +28,10 @@ echo "== exit $code, this call $(( $(date +%s) - started )) s, all calls $second
 [ "$code" = 124 ] && echo "stopped at $LIMIT s: call again to resume"
 
 if [ -n "${OUT:-}" ]; then
-  mkdir -p "$OUT/crafter-learns"
-  [ -d "$RUN" ] && (cd "$RUN" && tar -cf - --exclude=checkpoints --exclude=adapter .) | tar -xf - -C "$OUT/crafter-learns"
+  mkdir -p "$OUT"
+  # one file: the device returns a few files a call, and a run directory holds hundreds (its episode frames stay out)
+  [ -d "$RUN" ] && tar -czf "$OUT/crafter-learns-run.tar.gz" -C "$(dirname "$RUN")" --exclude=checkpoints \
+    --exclude=adapter --exclude=episode_frames "$(basename "$RUN")"
   cp "$LOG" "$OUT/"
   for warm in /tmp/vlrl-cache/small-qwen3-vl-warm-*; do  # the warm starts' settings and loss curves
     for f in warm_start.json sft_log.jsonl; do [ -f "$warm/$f" ] && cp "$warm/$f" "$OUT/$(basename "$warm")-$f"; done
