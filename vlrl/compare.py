@@ -264,7 +264,9 @@ def with_samples(comparison: dict, samples_before: str | Path, samples_after: st
                             "`[eval] samples = K`.")
         comparison = {**comparison, "pass_at_k": _pass_at_k(b_rows, a_rows)}
         if all(r.get("kind") == "episode_samples" for r in b_rows + a_rows):  # a draw is an episode: success@k
-            comparison["pass_at_k"]["measure"] = "success"
+            pk = comparison["pass_at_k"]  # its sentences say so once, for the summary, the report and the notebook
+            pk.update(measure="success", meaning=pk["meaning"].replace("pass@", "success@").replace("items", "worlds"),
+                      test=pk["test"].replace("items", "worlds"))
         if passk.has_achievements(b_rows) and passk.has_achievements(a_rows):  # and Crafter's: achievements@k
             comparison["achievements_at_k"] = passk.compare_achievements_at_k(b_rows, a_rows)
             if comparison.get("crafter"):  # and Crafter's own measure over all the sampled episodes

@@ -164,29 +164,37 @@ def comparison_table(c: dict) -> str:
     return "\n".join(out)
 
 
+def with_ci(value, ci, fmt: str = ".1%") -> str:
+    """A value and its 95% interval, in `fmt`."""
+    return f"{value:{fmt}} <span class=ci>[{ci[0]:{fmt}}, {ci[1]:{fmt}}]</span>"
+
+
+def change_rows(name: str, ks, before, after, change, fmt: str) -> list[list[str]]:
+    """One row per k of an @k table: "name@k", before and after (each (values, intervals)) and the paired change
+    (values, intervals), in `fmt`."""
+    return [[f"{name}@{k}", with_ci(b, b_ci, fmt), with_ci(a, a_ci, fmt), with_ci(d, d_ci, "+" + fmt)]
+            for k, b, b_ci, a, a_ci, d, d_ci in zip(ks, *before, *after, *change)]
+
+
 def pass_at_k_table(c: dict) -> str:
     """The pass@k block of a comparison with sampled evals: what the curves mean in one sentence, pass@k before and
     after for every k with the paired interval of the change, the test on pass@1, and the items' moves."""
     pk = c.get("pass_at_k")
     if not pk:
         return ""
-    def with_ci(value, ci):
-        return f"{pct(value)} <span class=ci>[{ci[0]:.1%}, {ci[1]:.1%}]</span>"
-
     b_side, a_side = pk["before"], pk["after"]
     name, unit = ("success", "worlds") if pk.get("measure") == "success" else ("pass", "items")  # episodes: worlds
-    rows = [[f"{name}@{k}", with_ci(b, b_ci), with_ci(a, a_ci), f"{d:+.1%} <span class=ci>[{lo:+.1%}, {hi:+.1%}]</span>"]
-            for k, b, b_ci, a, a_ci, d, (lo, hi) in zip(pk["k"], b_side["pass_at_k"], b_side["ci95"], a_side["pass_at_k"],
-                                                        a_side["ci95"], pk["pass_at_k_delta"], pk["pass_at_k_delta_ci95"])]
+    rows = change_rows(name, pk["k"], (b_side["pass_at_k"], b_side["ci95"]), (a_side["pass_at_k"], a_side["ci95"]),
+                       (pk["pass_at_k_delta"], pk["pass_at_k_delta_ci95"]), ".1%")
     rows += [["solved by no draw", with_ci(b_side["never"], b_side["never_ci95"]),
               with_ci(a_side["never"], a_side["never_ci95"]), f"{a_side['never'] - b_side['never']:+.1%}"],
              ["solved by every draw", with_ci(b_side["always"], b_side["always_ci95"]),
               with_ci(a_side["always"], a_side["always_ci95"]), f"{a_side['always'] - b_side['always']:+.1%}"]]
     m = pk["moves"]
     return "\n".join([
-        f"<p class=verdict>{esc(pk['meaning'].replace('pass@', f'{name}@').replace('items', unit))}</p>",
+        f"<p class=verdict>{esc(pk['meaning'])}</p>",
         table(["", f"before (95% CI over {unit})", "after", "change (95% paired bootstrap CI)"], rows, "stats"),
-        (f"<p>{name}@1 change: {pk['pass_at_1_delta']:+.1%}, {esc(pk['test'].replace('items', unit))} p = "
+        (f"<p>{name}@1 change: {pk['pass_at_1_delta']:+.1%}, {esc(pk['test'])} p = "
          f"{num(pk['pass_at_1_p'])}, on {pk['n_paired']} {unit} with {pk['samples']} draws each.</p>"),
         table(["before \\ after", "never solved", "sometimes", "always"],
               [[f"<b>{s}</b>", *(str(m[f"{s}_to_{t}"]) for t in ("never", "sometimes", "always"))]

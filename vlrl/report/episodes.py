@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vlrl.envs.film import filmstrip
-from vlrl.report.blocks import _ids, esc, image_uri, num, pct, table
+from vlrl.report.blocks import _ids, change_rows, esc, image_uri, num, pct, table
 from vlrl.rundir import RunDir
 
 STRIP_MAX_SIDE = 2048  # a filmstrip is wide: embedded up to this width
@@ -100,15 +100,9 @@ def achievements_at_k_table(c: dict) -> str:
     ak = c.get("achievements_at_k")
     if not ak:
         return ""
-
-    def with_ci(value, ci):
-        return f"{value:.2f} <span class=ci>[{ci[0]:.2f}, {ci[1]:.2f}]</span>"
-
-    rows = [[f"achievements@{k}", with_ci(b, b_ci), with_ci(a, a_ci), f"{d:+.2f} <span class=ci>[{lo:+.2f}, {hi:+.2f}]</span>"]
-            for k, b, b_ci, a, a_ci, d, (lo, hi) in zip(
-                ak["k"], ak["achievements_at_k_before"], ak["achievements_at_k_before_ci95"],
-                ak["achievements_at_k_after"], ak["achievements_at_k_after_ci95"], ak["achievements_at_k_delta"],
-                ak["achievements_at_k_delta_ci95"])]
+    rows = change_rows("achievements", ak["k"],
+                       *((ak[f"achievements_at_k_{part}"], ak[f"achievements_at_k_{part}_ci95"])
+                         for part in ("before", "after", "delta")), ".2f")
     reached = [[esc(name), pct(ak["reached_before"][name]), pct(ak["reached_after"][name])] for name in ak["reached_after"]]
     return "\n".join([
         (f"<p>achievements@k: the expected number of distinct Crafter achievements that at least one of k episodes of a "
