@@ -76,17 +76,17 @@ class CrafterPlayer:
         table_beside = "table" in world.nearby(player.pos, 1)[0]
         if table_beside and not tools and inventory["wood"] >= 1:
             return "make_wood_pickaxe"
-        if not tools and inventory["wood"] >= 2 and not _nearest(game, "table"):
+        table = _nearest(game, "table")
+        if not tools and inventory["wood"] >= 2 and not table:
             if ahead_material in WALKABLE and ahead_object is None:
                 return "place_table"
             return self._step_to_free(game, pos)  # turn towards a free cell, where the table can go
-        if not tools and inventory["wood"] >= 1 and _nearest(game, "table"):
-            goal = "table"
-        elif inventory["drink"] < THIRSTY and _nearest(game, "water"):
-            goal = "water"
+        if not tools and inventory["wood"] >= 1 and table:
+            goal, target = "table", table
+        elif inventory["drink"] < THIRSTY and (water := _nearest(game, "water")):
+            goal, target = "water", water
         else:
-            goal = "tree"
-        target = _nearest(game, goal)
+            goal, target = "tree", _nearest(game, "tree")
         if target is None:
             return self._explore(game, pos)
         dx, dy = target[0] - pos[0], target[1] - pos[1]
