@@ -157,7 +157,8 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
     if episodes is not None:
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
-               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR[size], "version": 2}
+               "settings": dataclasses.asdict(episodes[1]), "from": FORMAT_START, "lr": EPISODE_WARM_LR[size],
+               "version": 2}
         if player != "random":  # random-action warm starts keep their key, so existing caches stay valid
             key["player"] = player
     warm = base.with_name(f"{base.name.removesuffix(f'-seed{seed}')}-warm-{_key(key)}")

@@ -4,9 +4,10 @@ scripted player's episodes (`player="scripted"`: `vlrl.envs.crafter_player`), so
 
 With random actions the targets are drawn uniformly, so the warm-started policy acts validly but blindly: what it gains
 in success afterwards is GSPO's. The scripted player's targets are its planned actions (wood, a table, a wood
-pickaxe, water), with its own share of random ones: what the policy reaches beyond that is GSPO's. It starts from the tiny preset's own warm start (`vlrl.warmstart.FORMAT_START`),
-which already writes the answer tags, so a few steps teach the action names. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each
-item is the turn's context exactly as a rollout builds it (`vlrl.episodes.context`, the run's caps and image size).
+pickaxe, water), with its own share of random ones: what the policy reaches beyond that is GSPO's. It starts from the
+tiny preset's own warm start (`vlrl.warmstart.FORMAT_START`), which already writes the answer tags, so a few steps
+teach the action names. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each item is the
+turn's context exactly as a rollout builds it (`vlrl.episodes.context`, the run's caps and image size).
 
     chosen = items(config.env, settings, n=256, seed=0)      # [{"prompt", "images", "target"}, ...]
     chosen = items(config.env, settings, n=2048, seed=0, player="scripted")   # Crafter's scripted player's turns
