@@ -25,6 +25,9 @@
 #   s41b: the decode table (fastest of three calls each), the Qwen3.5 2B and 4B MathVista presets' shapes (1536 and 1024 tokens) for memory and the mismatch, then
 #         the 2B Crafter preset's step through the core again
 #   s41c: the Qwen3.5 2B preset's shape at micro-batch 2 and the 4B's at 1
+#   s43: the 2B Crafter preset's step with its 16 episodes decoded at once (rollout_time logged), then the
+#        qwen3.5-2b-crafter preset's step (memory; bench/qwen35_crafter_step.sh)
+#   s44: the 8B Crafter preset's step through the core (two steps of 8 episodes, 4 at once; rollout_time logged)
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
@@ -219,6 +222,29 @@ plan_s42() {  # after fusion: the 2B Crafter preset's step through the core (one
   crafter_2b_step c2b-fused
   crafter_2b_step c2b-fused-gen16 --set training.generation_batch_size=16 --set training.gradient_accumulation_steps=4
   plan_s41c
+}
+
+plan_s43() {  # the 2B Crafter preset's step through the fused engine with the step's 16 episodes decoded at once (two
+  # steps; each logs its rollout_time), then the qwen3.5-2b-crafter preset's step for its memory (issue 36)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  crafter_2b_step c2b-gen16 --set training.generation_batch_size=16 --set training.gradient_accumulation_steps=4
+  OUT=$RESULTS/q35crafter bash bench/qwen35_crafter_step.sh > $RESULTS/q35crafter.log 2>&1
+}
+
+crafter_8b_step() {  # two steps of one generation batch of the 8B Crafter preset through the one core (4-bit, the
+  # base repacked to int8 for decoding), evals left out; crafter_8b_step NAME [--set ...]
+  local name=${1:-c8b-core}; shift || true
+  (source bench/rehearsal.sh
+   checkpoints 8b
+   VLRL_SKIP_EVALS=1 JOB_TIMEOUT=1700 rehearse $name qwen3-vl-8b-crafter \
+     --set model.name_or_path=/tmp/ckpt/qwen3-vl-8b-random-bnb4 --set training.max_steps=2 --set env.eval_seeds=8 \
+     --set training.gradient_accumulation_steps=2 "$@"
+   cp /tmp/results/$name.tar.gz $RESULTS/) > $RESULTS/crafter_8b_$name.log 2>&1
+}
+
+plan_s44() {  # the 8B Crafter preset's step through the one core and the fused engine (8 episodes a step, 4 at once)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  crafter_8b_step c8b-core
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
