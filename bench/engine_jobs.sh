@@ -28,6 +28,8 @@
 #   s43: the 2B Crafter preset's step with its 16 episodes decoded at once (rollout_time logged), then the
 #        qwen3.5-2b-crafter preset's step (memory; bench/qwen35_crafter_step.sh)
 #   s44: the 8B Crafter preset's step through the core (two steps of 8 episodes, 4 at once; rollout_time logged)
+#   s45: the decoding attention at long contexts (bench/gpu_decode_attention.py), then the 2B and 8B Crafter presets'
+#        steps after the merged turn scoring
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
@@ -41,7 +43,8 @@ copy_out() {
   mkdir -p $OUT
   tar -czf $OUT/engine_results.tar.gz -C /tmp/results --exclude="run-*" engine 2>/dev/null
   for log in $RESULTS/*.log; do
-    [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED" | tail -40
+    [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED|ATTENTION" \
+      | cut -c1-600 | tail -40
   done
 }
 
@@ -245,6 +248,14 @@ crafter_8b_step() {  # two steps of one generation batch of the 8B Crafter prese
 plan_s44() {  # the 8B Crafter preset's step through the one core and the fused engine (8 episodes a step, 4 at once)
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   crafter_8b_step c8b-core
+}
+
+plan_s45() {  # after the merged turn scoring (vlrl.episodes.scoring) and the Crafter presets keeping every observation:
+  # the decoding attention at long contexts, then the 2B and 8B Crafter presets' steps through the core
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_decode_attention.py --out $RESULTS/attention > $RESULTS/attention.log 2>&1
+  crafter_2b_step c2b-merged
+  crafter_8b_step c8b-merged
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -3,6 +3,7 @@ episode trainer, the episode comparison; then, on the tiny model (slow), real ro
 actions, an environment that raises), TRL's loss over a step's turns in passes, an interrupted episode run resumed to
 the uninterrupted one's adapter, and episode eval records with resume."""
 
+import itertools
 import json
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ from vlrl import config as cfg
 from vlrl.envs import Env, make
 from vlrl.envs.grid import GridEnv, shortest_path
 from vlrl.episodes import compare as ecompare
-from vlrl.episodes import context, trainer
+from vlrl.episodes import context, scoring, trainer
 from vlrl.errors import ConfigError
 
 MOVE = "<REASONING>go</REASONING><SOLUTION>{}</SOLUTION>"
@@ -78,6 +79,8 @@ def test_messages_follow_the_openai_schema_and_caps_count_every_drop():
         messages += [context.assistant_message("x"), context.user_message("s", [image], max_images=1)[0]]
     capped, dropped = context.cap_context(messages, max_images=2)
     assert context.count_images(messages) == 4 and context.count_images(capped) == 2 and dropped == 2
+    kept = [context.count_images(context.cap_context(messages[:n], max_images=3, step=3)[0]) for n in (2, 4, 6, 8)]
+    assert kept == [1, 2, 3, 1]  # over the cap, the oldest go three at a time
     assert capped[-1] == messages[-1] and capped[1]["content"][1] == {"type": "text", "text": context.DROPPED}
     qwen, images = context.to_processor(capped)
     assert len(images) == 2 and images[0].size == (64, 64)
@@ -100,12 +103,16 @@ def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
 
 
 def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
-    rows = [{"prompt_tokens": p, "reply_ids": [0] * r} for p, r in ((90, 10), (280, 20), (150, 50), (800, 100))]
-    chunks = trainer.passes(rows, 600)
-    assert [len(c) for c in chunks] == [2, 1, 1] and [r for c in chunks for r in c] == rows
-    assert [len(c) for c in trainer.passes(rows, 1)] == [1, 1, 1, 1]  # a turn over the budget still trains, alone
-    assert [len(c) for c in trainer.split_even(list(range(5)), 2)] == [3, 2]  # TRL's equal micro-batches, none lost
-    assert [len(c) for c in trainer.split_even(list(range(1)), 2)] == [1, 0]
+    from vlrl.prompts import Tokenized
+
+    segments = [[{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}] for p, r in ((90, 10), (280, 20), (150, 50),
+                                                                                      (800, 100))]
+    chunks = trainer.passes(segments, 600)
+    assert [len(c) for c in chunks] == [2, 1, 1] and [s for c in chunks for s in c] == segments
+    assert [len(c) for c in trainer.passes(segments, 1)] == [1, 1, 1, 1]  # over the budget still trains, alone
+    lengths = [[len(s) for s in c] for c in trainer.split_turns([[0] * 3, [0], [0], [0], [0] * 2], 2)]
+    assert lengths == [[3, 1], [1, 1, 2]]  # whole segments, about as many turns in each micro-batch, none lost
+    assert [len(c) for c in trainer.split_turns([[0]], 2)] == [1, 0]
     for loss_type in ("grpo", "dr_grpo", "bnpo", "dapo"):  # the weights of a micro-batch's passes add up as TRL sums
         weights = [trainer.pass_weight(loss_type, 1, n, 3, 60) for n in (10, 20, 30)]
         assert sum(weights) == pytest.approx(3.0 if loss_type == "dapo" else 1.0)
@@ -154,10 +161,10 @@ def test_compare_of_episode_records_uses_mcnemar_and_the_paired_permutation(tmp_
 def test_env_section_validates_every_problem_in_one_pass():
     with pytest.raises(cfg.ConfigError) as err:
         cfg.from_dict({"env": {"name": "gird", "max_turns": 0, "max_images_in_context": -1, "eval_seeds": 10 ** 6,
-                               "options": "size=4"}})
+                               "options": "size=4", "image_drop_step": 2}})
     text = str(err.value)
     for part in ("Did you mean 'grid'", "max_turns = 0", "max_images_in_context = -1", "1,000,000",
-                 "options = 'size=4' must be a table"):
+                 "options = 'size=4' must be a table", "image_drop_step = 2 must be between 1 and"):
         assert part in text
     url = cfg.from_dict({"env": {"name": "http://127.0.0.1:8765"}})  # a served environment validates offline
     assert url.env.name.startswith("http")
@@ -262,13 +269,13 @@ def test_an_ended_episode_hands_its_slot_to_the_next_seed(policy, monkeypatch):
     from vlrl.episodes.rollout import Settings, play
 
     model, processor = policy
-    decoded, complete = [], engine.complete
+    decoded, complete = [], engine.complete_tokenized
 
-    def recording(model, processor, texts, images, decoding):
-        decoded.append((len(texts), decoding.rows))
-        return complete(model, processor, texts, images, decoding)
+    def recording(model, processor, contexts, decoding):
+        decoded.append((len(contexts), decoding.rows))
+        return complete(model, processor, contexts, decoding)
 
-    monkeypatch.setattr(engine, "complete", recording)
+    monkeypatch.setattr(engine, "complete_tokenized", recording)
     settings = Settings(max_turns=8, max_new_tokens=4, max_seq_length=4096, max_images_in_context=1)
     episodes = play(model, processor, Lasting, [2, 0, 0, 1], settings, batch_size=2)
     assert [e.seed for e in episodes] == [2, 0, 0, 1] and [len(e.turns) for e in episodes] == [3, 1, 1, 2]
@@ -357,8 +364,8 @@ def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(polic
     torch.manual_seed(1)
     settings = built.play_settings
     episodes = play(model, processor, built.make_env, [0, 0], settings)
-    rows = trainer.turn_rows(episodes, [1.0, -0.5], processor, settings)
-    assert len(rows) == 4 and all(len(r["images"]) == 1 + (i % 2) for i, r in enumerate(rows))  # as generated
+    rows = trainer.turn_rows(episodes, [1.0, -0.5])
+    assert len(rows) == 4 and all(len(r["prompt"].image_grid_thw) == 1 + (i % 2) for i, r in enumerate(rows))
     built.current_gradient_accumulation_steps = 1
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
@@ -368,7 +375,7 @@ def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(polic
         for budget in (10**6, 1):
             built.pass_tokens = budget
             micro = built._micro_batches(rows)[0]
-            assert len(micro["passes"]) == (1 if budget > 1 else 4)
+            assert len(micro["passes"]) == (1 if budget > 1 else len(scoring.segments(rows)))
             loss = built.compute_loss(model, micro)
             loss.backward()
             results.append((loss.item(), torch.cat([p.grad.flatten() for p in params]).clone()))
@@ -377,6 +384,89 @@ def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(polic
         (whole, whole_grad), (split, split_grad) = results
         assert split == pytest.approx(whole, abs=1e-6), loss_type
         assert torch.allclose(split_grad, whole_grad, atol=1e-6) and whole_grad.abs().sum() > 0, loss_type
+
+
+def test_contexts_are_the_templates_tokens_with_each_reply_as_generated(tiny_base_dir):
+    """An episode's contexts (`vlrl.episodes.tokens`): the processor's tokens of the rendered conversation where a
+    reply's text tokenizes back to its ids; a reply generated in other ids (here "left" spelled letter by letter)
+    stays in those ids; between image drops each context extends the previous one and its reply."""
+    from transformers import AutoProcessor
+
+    from vlrl.episodes.tokens import Contexts
+    from vlrl.prompts import batch_inputs
+
+    processor = AutoProcessor.from_pretrained(str(tiny_base_dir))
+    image = GridEnv().reset(0).image
+    messages, _ = context.first_message("Actions: up.", "state", [image], max_images=1)
+    contexts, replies, built = Contexts(processor), [], []
+    spelled = [processor.tokenizer.convert_tokens_to_ids(c) for c in "left"]
+    for turn in range(5):
+        capped, dropped = context.cap_context(messages, max_images=2, step=2)
+        built.append((contexts.next(capped, replies, dropped), dropped))
+        text, images = context.prompt_text(processor, capped)
+        whole = batch_inputs(processor, [text], images, padding_side="left")
+        same = built[-1][0].ids == whole["input_ids"][0].tolist()
+        assert same == (turn < 3), turn  # until the spelled reply is in the context
+        assert torch.equal(built[-1][0].pixel_values, whole["pixel_values"])
+        reply = "up" if turn != 2 else "left"
+        replies.append(processor.tokenizer(reply)["input_ids"] if turn != 2 else spelled)
+        messages += [context.assistant_message(reply), context.user_message("s", [image], max_images=1)[0]]
+    extends = [scoring.extends(a, replies[t], b) for t, ((a, _), (b, _)) in enumerate(itertools.pairwise(built))]
+    assert [d for _, d in built] == [0, 0, 2, 2, 4] and extends == [True, False, True, False]
+    assert spelled == built[3][0].ids[len(built[2][0].ids):][:4]  # the reply as generated, not "left" retokenized
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("targets", ["layers", "head"])
+def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, tiny_base_dir, tmp_path, targets):
+    """Turns scored one forward per segment (`vlrl.episodes.scoring`): each reply token's log-prob and entropy, and
+    the gradient of their sum, as TRL's own forward over each turn's context and reply gives them; with the output
+    layer as it is (chunked over the vocabulary) and adapted by LoRA (the tiny presets')."""
+    from trl.trainer.utils import pad
+
+    from vlrl import model as models
+    from vlrl import train
+    from vlrl.episodes.rollout import play
+    from vlrl.mismatch import masked
+    from vlrl.prompts import token_batch
+
+    model, processor = policy
+    if targets == "head":
+        base, processor = models.load_model(str(tiny_base_dir), backend="transformers")
+        model = models.add_lora(base, models.LoraSettings(r=8, alpha=16, targets="head"))
+    config = _episode_config("env.max_turns=4", "env.options={size=3, difficulty=1, max_turns=4, shaping=true}",
+                             "env.max_images_in_context=2", "env.image_drop_step=2")
+    built = train.build_trainer(config, model, processor, trainer.seed_dataset([1_000_000]), tmp_path / "run",
+                                log=lambda *_: None)
+    torch.manual_seed(0)
+    episodes = play(model, processor, built.make_env, [0, 1], built.play_settings)
+    rows = trainer.turn_rows(episodes, [1.0, -0.5])
+    segments = scoring.segments(rows)
+    assert len(rows) == 8 and [len(s) for s in segments] == [2, 2, 2, 2]  # an image drop every second turn
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    built._merged = built._pass_inputs(segments, 1)["merged"]
+    ours, our_entropy = built._merged_logps(model, True)
+    built._merged = None
+    prompts = token_batch(processor, [r["prompt"] for r in rows], padding_side="left")
+    replies = [torch.tensor(r["reply_ids"]) for r in rows]
+    ids = pad(replies, padding_value=processor.tokenizer.pad_token_id, padding_side="right")
+    mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
+    with masked(model, built.suppressed_token_ids):  # TRL's forward, as the mismatch trainer runs it
+        theirs, their_entropy, _ = super(trainer.EpisodeRollouts, built)._full_logits_logps(
+            model, torch.cat([prompts["input_ids"], ids], 1), torch.cat([prompts["attention_mask"], mask], 1),
+            ids.size(1), compute_entropy=True, pixel_values=prompts["pixel_values"],
+            image_grid_thw=prompts["image_grid_thw"], num_images=[len(r["prompt"].image_grid_thw) for r in rows],
+            mm_token_type_ids=torch.cat([prompts["mm_token_type_ids"], torch.zeros_like(ids)], 1))
+    real = mask.bool()
+    assert (ours - theirs)[real].abs().max() < 1e-4 and (our_entropy - their_entropy)[real].abs().max() < 1e-3
+    grads = []
+    for logps in (ours, theirs):
+        logps[real].sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in params]).clone())
+        for p in params:
+            p.grad = None
+    assert torch.allclose(grads[0], grads[1], atol=1e-4) and grads[1].abs().sum() > 0
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass
 
 from vlrl import answers, rewards
 from vlrl.images import load_image, undecoded
@@ -173,6 +174,50 @@ def batch_inputs(processor, texts: list[str], images: list, *, padding_side: str
     call, so no caller changes the shared tokenizer's own setting for the next one.
     """
     return processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side=padding_side)
+
+
+@dataclass
+class Tokenized:
+    """A context as the model takes it: its token ids (each image expanded into its image tokens) and its images'
+    tensors as the processor makes them (`pixel_values` rows and one `image_grid_thw` row per image; None without
+    images)."""
+
+    ids: list[int]
+    pixel_values: object = None
+    image_grid_thw: object = None
+    type_ids: bool = True  # the processor also returns `mm_token_type_ids` (Qwen3-VL, Qwen3.5)
+
+
+def token_batch(processor, contexts: list[Tokenized], *, padding_side: str) -> dict:
+    """The tensors `batch_inputs` would give for contexts already tokenized: ids and attention mask padded on
+    `padding_side`, `mm_token_type_ids` (1 on image tokens, 2 on video tokens), the images' tensors concatenated in
+    row order."""
+    import torch
+
+    tokenizer = getattr(processor, "tokenizer", processor)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    width = max(len(c.ids) for c in contexts)
+    ids = torch.full((len(contexts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(contexts), width), dtype=torch.long)
+    for row, context in enumerate(contexts):
+        span = slice(width - len(context.ids), width) if padding_side == "left" else slice(0, len(context.ids))
+        ids[row, span] = torch.tensor(context.ids, dtype=torch.long)
+        mask[row, span] = 1
+    out = {"input_ids": ids, "attention_mask": mask}
+    if all(c.type_ids for c in contexts):
+        types = torch.zeros_like(ids)
+        for name, kind in (("image_token_id", 1), ("video_token_id", 2)):
+            token = getattr(processor, name, None)
+            if token is not None:
+                types[(ids == token) & (mask == 1)] = kind
+        out["mm_token_type_ids"] = types
+    pictures = [c for c in contexts if c.pixel_values is not None]
+    if pictures:
+        out["pixel_values"] = torch.cat([c.pixel_values for c in pictures])
+        out["image_grid_thw"] = torch.cat([c.image_grid_thw for c in pictures])
+    from transformers import BatchFeature
+
+    return BatchFeature(out)
 
 
 LENGTH_COLUMN = "prompt_tokens"  # each prompt's measured length, set by filter_by_length

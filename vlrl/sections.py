@@ -132,6 +132,7 @@ class EnvConfig:
     max_turns: int = 8  # turns per episode; the environment may end one sooner
     max_images_per_message: int = 1  # images one observation message keeps (0: text only); the rest dropped, counted
     max_images_in_context: int = 4  # the newest images a context keeps; older ones dropped, counted
+    image_drop_step: int = 1  # over the cap, images dropped at a time (k > 1: contexts extend between drops)
     image_size: int = 0  # observations resized to this square side for the model; 0: as the environment draws them
     text: bool = True  # show the environment's state summary (false: image-only)
     train_seeds: int = 64  # training episodes' seeds: TRAIN_SEED_START + 0..n-1, disjoint from the eval seeds

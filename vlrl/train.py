@@ -116,6 +116,10 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
 def _play_episodes(trainer, config: RunConfig, model, processor, args, log) -> None:
     """An episode run's rollouts: its environment, how episodes are played and decoded (their tokens' log-probs
     recorded for the mismatch metric), how many at once, and the token budget of a training forward pass."""
+    if trainer.aux_loss_enabled:
+        raise ConfigError("an episode run scores its turns through the language model's backbone "
+                          "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary loss; "
+                          "set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
     trainer.make_env = episode_rollout.environment_for(config)
     trainer.play_settings = episode_rollout.settings_for(config, "train")
     trainer.episodes_at_once = config.training.generation_batch_size

@@ -276,6 +276,9 @@ def _env_problems(config: RunConfig) -> list[str]:
     for key in ("max_images_per_message", "max_images_in_context"):
         if getattr(v, key) < 0:
             add(f"[env] {key} = {getattr(v, key)} must be 0 or more (0: no images).")
+    if not 1 <= v.image_drop_step <= max(1, v.max_images_in_context):
+        add(f"[env] image_drop_step = {v.image_drop_step} must be between 1 and max_images_in_context "
+            f"({v.max_images_in_context}): over the cap, a context drops that many of its oldest images at a time.")
     if not v.text and (v.max_images_per_message == 0 or v.max_images_in_context == 0):
         add("[env] text = false with an image cap of 0 shows the model nothing; allow an image or set text = true.")
     if v.image_size and v.image_size < 32:

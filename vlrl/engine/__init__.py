@@ -19,8 +19,8 @@ from vlrl import distributed, prompts, thinking
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
 from vlrl.engine.sampling import Budget
 
-__all__ = ["Budget", "Completion", "Decoded", "Decoding", "cache_length", "complete", "decode", "decoding_for",
-           "stop_ids"]
+__all__ = ["Budget", "Completion", "Decoded", "Decoding", "cache_length", "complete", "complete_tokenized", "decode",
+           "decoding_for", "stop_ids"]
 
 
 @dataclass
@@ -81,10 +81,21 @@ def complete(model, processor, texts: list[str], images: list[list], decoding: D
     """Completes each rendered context (`texts[i]` with its pictures `images[i]`, in placeholder order), `draws`
     times each: rows i*draws .. i*draws+draws-1 are context i's. Contexts are left-padded (decoding appends on the
     right) and decoded in one batch."""
-    tokenizer = processor.tokenizer
     flat = [image for group in images for image in group]
+    inputs = prompts.batch_inputs(processor, texts, flat, padding_side="left")
+    return _complete(model, processor, inputs, decoding, draws)
+
+
+def complete_tokenized(model, processor, contexts: list[prompts.Tokenized], decoding: Decoding) -> list[Completion]:
+    """Completes contexts given as token ids with their images' tensors (`prompts.Tokenized`: an episode's turns,
+    `vlrl.episodes.tokens`), left-padded and decoded in one batch."""
+    return _complete(model, processor, prompts.token_batch(processor, contexts, padding_side="left"), decoding, 1)
+
+
+def _complete(model, processor, inputs, decoding: Decoding, draws: int) -> list[Completion]:
+    tokenizer = processor.tokenizer
     device = next(model.parameters()).device
-    inputs = dict(prompts.batch_inputs(processor, texts, flat, padding_side="left").to(device))
+    inputs = dict(inputs.to(device))
     if draws > 1:
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         input_ids, rest = base._expand_inputs_for_generation(expand_size=draws, input_ids=inputs.pop("input_ids"),

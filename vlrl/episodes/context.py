@@ -7,6 +7,9 @@ bounded, each dropped image counted:
 
 - `max_images_per_message`: a message keeps its first images (0: text only);
 - `max_images_in_context`: the context keeps the newest images; an older one becomes the text "[earlier image]".
+  With `image_drop_step` k > 1, once over the cap the oldest images go k at a time (the context keeps between
+  cap - k + 1 and cap of them): between two drops each turn's context extends the previous turn's, which lets an
+  episode's turns be scored in one forward (`vlrl.episodes.scoring`).
 
     message, dropped = user_message("You are at row 0.", [image], max_images=1)
     context, dropped = cap_context(messages, max_images=4)
@@ -39,6 +42,7 @@ class Settings:
     temperature: float = 1.0
     max_images_per_message: int = 1
     max_images_in_context: int = 4
+    image_drop_step: int = 1  # images dropped at a time once a context holds more than max_images_in_context
     image_size: int = 0
     text: bool = True
     fast_generation: bool = False
@@ -90,19 +94,23 @@ def count_images(messages) -> int:
     return sum(part.get("type") == "image_url" for m in messages for part in _parts(m))
 
 
-def cap_context(messages, *, max_images: int) -> tuple[list[dict], int]:
-    """The context the model sees: `messages` with only the newest `max_images` images, each older one replaced by
-    the text DROPPED. Returns (context, images dropped).
+def cap_context(messages, *, max_images: int, step: int = 1) -> tuple[list[dict], int]:
+    """The context the model sees: `messages` with at most `max_images` images, each dropped one (the oldest first)
+    replaced by the text DROPPED; over the cap, images go `step` at a time. Returns (context, images dropped).
 
     >>> from PIL import Image
-    >>> turns = [user_message("t", [Image.new("RGB", (4, 4))], max_images=1)[0] for _ in range(3)]
-    >>> context, dropped = cap_context(turns, max_images=2)
+    >>> turns = [user_message("t", [Image.new("RGB", (4, 4))], max_images=1)[0] for _ in range(5)]
+    >>> context, dropped = cap_context(turns[:3], max_images=2)
     >>> [p["type"] for m in context for p in m["content"]], dropped
     (['text', 'text', 'text', 'image_url', 'text', 'image_url'], 1)
+    >>> [cap_context(turns[:n], max_images=3, step=2)[1] for n in range(1, 6)]  # kept: 1, 2, 3, 2, 3
+    [0, 0, 0, 2, 2]
     """
-    excess = count_images(messages) - max(0, max_images)
+    count = count_images(messages)
+    excess = count - max(0, max_images)
     if excess <= 0:
         return list(messages), 0
+    excess = min(count, -(-excess // max(1, step)) * max(1, step))
     out, dropped = [], 0
     for message in messages:
         parts = []

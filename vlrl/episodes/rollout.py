@@ -4,12 +4,13 @@ image caps, the context measured with its image tokens, and every abnormal end c
     episodes = play(policy, processor, lambda: make("grid"), seeds=[0, 0, 1, 1], settings=Settings(max_turns=8))
     summary(episodes)   # {"episodes": 4, "success_rate": ..., "invalid_actions": ..., "truncated": ..., ...}
 
-Each turn the live episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered
-with the chat template and their images, measured by the processor (image tokens included), and decoded together by
-the decoding engine (`vlrl.engine`; on a CUDA GPU with `fast_generation`, a static KV cache in steps of
-`CACHE_BUCKET` tokens and compiled decoding, the batch's rows kept as episodes end, so a whole episode compiles a few
-decoding graphs). At most `batch_size` episodes are live at once: one that ends hands its slot to the next seed's
-episode, which joins the next turn's batch, so episodes of unequal lengths keep the batch full. An episode ends:
+Each turn the live episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered with the
+chat template and their images into token ids, each earlier reply as the ids it was generated as
+(`vlrl.episodes.tokens`), measured (image tokens included), and decoded together by the decoding engine (`vlrl.engine`;
+on a CUDA GPU with `fast_generation`, a static KV cache in steps of `CACHE_BUCKET` tokens and compiled decoding, the
+batch's rows kept as episodes end, so a whole episode compiles a few decoding graphs). At most `batch_size` episodes are
+live at once: one that ends hands its slot to the next seed's episode, which joins the next turn's batch, so episodes of
+unequal lengths keep the batch full. An episode ends:
 - `done`: the environment said so (its `metrics()["success"]` says whether it succeeded);
 - `max_turns`: the run's turn cap was reached first;
 - `truncated`: its next turn (context + the reply budget) would not fit `max_seq_length`: the episode stops there,
@@ -25,15 +26,9 @@ import functools
 import time
 from dataclasses import dataclass, field, replace
 
-from vlrl import engine
-from vlrl.episodes.context import (
-    Settings,
-    assistant_message,
-    cap_context,
-    observation_message,
-    opening,
-    prompt_text,
-)
+from vlrl import engine, prompts
+from vlrl.episodes.context import Settings, assistant_message, cap_context, observation_message, opening
+from vlrl.episodes.tokens import Contexts
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
 CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context grows every turn, and each length compiles
@@ -42,14 +37,17 @@ CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context g
 @dataclass
 class Episode:
     """One episode: its full conversation (every image, OpenAI schema), the observations as the environment gave
-    them (`frames`, reset's first), one dict per turn and the token ids of each reply as generated (what training
-    scores; with `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
+    them (`frames`, reset's first), one dict per turn, each turn's context as the model took it (`prompts`:
+    `prompts.Tokenized`) and the token ids of each reply as generated (what training scores; with
+    `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
 
     seed: int
     messages: list = field(default_factory=list)
     frames: list = field(default_factory=list)
     turns: list = field(default_factory=list)
+    prompts: list = field(default_factory=list)
     reply_ids: list = field(default_factory=list)
+    reply_content: list = field(default_factory=list)  # each reply's ids without the stop token that ended it
     reply_logps: list = field(default_factory=list)
     status: str = "running"
     failure: str | None = None
@@ -57,6 +55,7 @@ class Episode:
     metrics: dict = field(default_factory=dict)
     dropped_per_message: int = 0
     dropped_from_context: int = 0
+    _contexts: Contexts | None = field(default=None, repr=False)
 
     @property
     def ended(self) -> bool:
@@ -66,11 +65,14 @@ class Episode:
     def total_return(self) -> float:
         return float(sum(t["reward"] for t in self.turns))
 
-    def context(self, max_images: int) -> list[dict]:
-        """The messages the model sees now: the conversation with the in-context image cap applied."""
-        capped, dropped = cap_context(self.messages, max_images=max_images)
+    def context(self, settings: Settings, processor) -> prompts.Tokenized:
+        """The context the model sees now, as token ids: the conversation with the in-context image cap applied."""
+        capped, dropped = cap_context(self.messages, max_images=settings.max_images_in_context,
+                                      step=settings.image_drop_step)
         self.dropped_from_context = max(self.dropped_from_context, dropped)  # a dropped image stays dropped
-        return capped
+        if self._contexts is None:
+            self._contexts = Contexts(processor)
+        return self._contexts.next(capped, self.reply_content, dropped)
 
 
 def environment_for(config):
@@ -104,7 +106,7 @@ def settings_for(config, when: str) -> Settings:
                     max_seq_length=config.model.max_seq_length,
                     temperature=config.training.temperature if train else v.eval_temperature,
                     max_images_per_message=v.max_images_per_message, max_images_in_context=v.max_images_in_context,
-                    image_size=v.image_size, text=v.text, fast_generation=config.training.fast_generation)
+                    image_drop_step=v.image_drop_step, image_size=v.image_size, text=v.text, fast_generation=config.training.fast_generation)
 
 
 def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: int = 0, log=None) -> list[Episode]:
@@ -193,27 +195,24 @@ def _start(episode: Episode, make_env, settings: Settings):
 
 
 def _turn(model, processor, decoding, episodes: list[Episode], envs: list, settings: Settings) -> None:
-    """One turn of the live episodes: their contexts rendered and measured, those whose next turn would not fit
+    """One turn of the live episodes: their contexts built and measured, those whose next turn would not fit
     `max_seq_length` ended as truncated, the rest decoded together and stepped."""
-    texts, images = [], []
-    for episode in episodes:
-        text, ims = prompt_text(processor, episode.context(settings.max_images_in_context))
-        texts.append(text)
-        images.append(ims)
-    lengths = measure(processor, texts, images)
+    contexts = [episode.context(settings, processor) for episode in episodes]
     fits = []
-    for k, n in enumerate(lengths):
-        if n + settings.max_new_tokens > settings.max_seq_length:
+    for k, context in enumerate(contexts):
+        if len(context.ids) + settings.max_new_tokens > settings.max_seq_length:
             _end(episodes[k], envs[k], "truncated")  # never cut: the episode stops before the overflow
         else:
             fits.append(k)
     if not fits:
         return
-    replies = engine.complete(model, processor, [texts[k] for k in fits], [images[k] for k in fits], decoding)
+    replies = engine.complete_tokenized(model, processor, [contexts[k] for k in fits], decoding)
     for k, reply in zip(fits, replies):
         if reply.logps is not None:
             episodes[k].reply_logps.append(reply.logps)
-        _take_turn(episodes[k], envs[k], reply.text, reply.ids, lengths[k], settings)
+        episodes[k].prompts.append(contexts[k])
+        episodes[k].reply_content.append(reply.content_ids)
+        _take_turn(episodes[k], envs[k], reply.text, reply.ids, len(contexts[k].ids), settings)
 
 
 def _take_turn(episode: Episode, env, reply: str, ids: list[int], context_tokens: int, settings: Settings) -> None:
@@ -266,12 +265,4 @@ def _jsonable(metrics: dict) -> dict:
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (bool, int, float, str)) for v in value):
             out[key] = list(value)
     return out
-
-
-# --- the model -------------------------------------------------------------------------------------------------------
-
-def measure(processor, texts: list[str], images: list[list]) -> list[int]:
-    """Each context's length in tokens as the model receives it: the processor expands every image into its
-    image tokens, so a context is measured with them."""
-    return [len(processor(text=[text], images=ims or None)["input_ids"][0]) for text, ims in zip(texts, images)]
 

@@ -1,23 +1,26 @@
 """GSPO over episodes inside TRL's GRPOTrainer: the trainer that single-turn runs use, with episodes for rollouts.
 
-An episode run's training data is its training seeds (`seed_dataset`). TRL's sampler hands each process its share
-of a step's seeds, every seed `num_generations` times (a group); `EpisodeRollouts` replaces only the rollout: it plays
-those episodes (`vlrl.episodes.rollout.play`, the decoding engine recording each reply token's log-prob), gives each
-episode its return as reward and its group's advantage by TRL's own rule (`group_advantages`: the recipe's
-`scale_rewards`, failed episodes out of the statistics), and turns every assistant turn of the kept episodes into one
-row of TRL's batch: its context exactly as generated (images included, the in-context cap applied) as the prompt,
-the reply's token ids as the completion, the episode's advantage. Everything after that is TRL's and the recipe's:
-the loss type and its reduction, the sequence-level ratio (one sequence per turn), clipping, the optimizer, schedule,
-warmup and weight decay, gradient clipping, `num_iterations` ([env] updates_per_rollout), checkpoints and exact
-resume, trackers, `accelerate launch`; and vlrl's trainer services (`vlrl.train.build_trainer`): train_log.jsonl,
-the degeneration monitor, the rollout/training mismatch and its correction.
+An episode run's training data is its training seeds (`seed_dataset`). TRL's sampler hands each process its share of a
+step's seeds, every seed `num_generations` times (a group); `EpisodeRollouts` replaces only the rollout: it plays those
+episodes (`vlrl.episodes.rollout.play`, the decoding engine recording each reply token's log-prob), gives each episode
+its return as reward and its group's advantage by TRL's own rule (`group_advantages`: the recipe's `scale_rewards`,
+failed episodes out of the statistics), and turns every assistant turn of the kept episodes into one row of TRL's batch:
+its context exactly as the model took it (token ids, images included, the in-context cap applied) as the prompt, the
+reply's token ids as the completion, the episode's advantage. The forward that scores the rows is one per segment of
+turns whose contexts extend each other (`vlrl.episodes.scoring`), not one per turn; what it gives each reply token is
+what the turn's own forward would. Everything after that is TRL's and the recipe's: the loss type and its reduction, the
+sequence-level ratio (one sequence per turn), clipping, the optimizer, schedule, warmup and weight decay, gradient
+clipping, `num_iterations` ([env] updates_per_rollout), checkpoints and exact resume, trackers, `accelerate launch`; and
+vlrl's trainer services (`vlrl.train.build_trainer`): train_log.jsonl, the degeneration monitor, the rollout/training
+mismatch and its correction.
 
-One thing TRL's batch cannot do is bound a forward pass's memory by tokens: a step's turns vary in number and length
-(a 16-turn Crafter episode is 16 rows of ~2,000 tokens). So each micro-batch is split into passes of at most
-`pass_tokens` tokens (padding included), each pass's loss computed by TRL's `_compute_loss` and weighted so the
-passes add up to the micro-batch's loss under the recipe's reduction (`pass_weight`), the gradients of all but the
-last pass accumulated without a cross-process sync. Under several processes every process runs the same number of
-passes (shorter lists padded with zero-weight passes), as TRL's loss takes part in collective calls.
+One thing TRL's batch cannot do is bound a forward pass's memory by tokens: a step's turns vary in number and length (a
+16-turn Crafter episode is 16 rows of ~2,000 tokens). So each micro-batch (whole segments, about as many turns in each)
+is split into passes of at most `pass_tokens` tokens (padding included), each pass's loss computed by TRL's
+`_compute_loss` and weighted so the passes add up to the micro-batch's loss under the recipe's reduction
+(`pass_weight`), the gradients of all but the last pass accumulated without a cross-process sync. Under several
+processes every process runs the same number of passes (shorter lists padded with zero-weight passes), as TRL's loss
+takes part in collective calls.
 """
 
 from __future__ import annotations
@@ -29,10 +32,9 @@ from dataclasses import replace
 import torch
 
 from vlrl import dynamic_sampling as redraw
-from vlrl.episodes.context import cap_context, prompt_text
-from vlrl.episodes.rollout import Settings, play, summary
+from vlrl.episodes import scoring
+from vlrl.episodes.rollout import play, summary
 from vlrl.errors import ConfigError, EnvError
-from vlrl.prompts import batch_inputs
 
 # TRL's loss types by what their reduction divides by: completions (rows), completion tokens of the micro-batch,
 # or a count over the whole generation batch that every pass shares
@@ -80,55 +82,61 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
     return advantages, redraw.flat_groups(returns, group)
 
 
-def turn_rows(episodes, advantages: list[float], processor, settings: Settings) -> list[dict]:
-    """Every assistant turn of the episodes with a finite advantage, as one row: its context exactly as generated
-    (the conversation up to the turn, in-context cap applied), the reply's ids and sampled log-probs, the advantage."""
+def turn_rows(episodes, advantages: list[float]) -> list[dict]:
+    """Every assistant turn of the episodes with a finite advantage, as one row: which episode it is of, its context
+    as the model took it (`prompt`: `prompts.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
     rows = []
-    for episode, advantage in zip(episodes, advantages):
+    for e, (episode, advantage) in enumerate(zip(episodes, advantages)):
         if not math.isfinite(advantage):
             continue
         for t, ids in enumerate(episode.reply_ids):
             if not ids:
                 continue
-            context, _ = cap_context(episode.messages[:2 + 2 * t], max_images=settings.max_images_in_context)
-            text, images = prompt_text(processor, context)
             logps = episode.reply_logps[t] if t < len(episode.reply_logps) else None
-            rows.append({"text": text, "images": images, "reply_ids": list(ids), "logps": logps,
-                         "advantage": float(advantage), "prompt_tokens": episode.turns[t]["context_tokens"]})
+            rows.append({"episode": e, "prompt": episode.prompts[t], "reply_ids": list(ids), "logps": logps,
+                         "advantage": float(advantage)})
     return rows
 
 
-def passes(rows: list[dict], max_tokens: int) -> list[list[dict]]:
-    """Consecutive rows grouped into forward passes of at most `max_tokens` tokens in TRL's layout (prompts
-    left-padded to the longest, replies right-padded to the longest), one row at least.
+def passes(segments: list[list[dict]], max_tokens: int) -> list[list[list[dict]]]:
+    """Consecutive segments (`vlrl.episodes.scoring.segments`) grouped into forward passes of at most `max_tokens`
+    tokens (each segment's forward right-padded to the pass's longest), one segment at least.
 
-    >>> rows = [{"prompt_tokens": p, "reply_ids": [0] * r} for p, r in ((90, 10), (280, 20), (150, 50), (800, 100))]
-    >>> [[r["prompt_tokens"] for r in p] for p in passes(rows, 600)]
-    [[90, 280], [150], [800]]
+    >>> from vlrl.prompts import Tokenized
+    >>> seg = lambda p, r: [{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}]
+    >>> chunks = passes([seg(90, 10), seg(280, 20), seg(150, 50), seg(800, 100)], 600)
+    >>> [[s[0]["reply_ids"].__len__() for s in p] for p in chunks]
+    [[10, 20], [50], [100]]
     """
-    out, current, prompt, reply = [], [], 0, 0
-    for row in rows:
-        p, r = max(prompt, row["prompt_tokens"]), max(reply, len(row["reply_ids"]))
-        if current and (p + r) * (len(current) + 1) > max_tokens:
+    out, current, width = [], [], 0
+    for segment in segments:
+        wider = max(width, scoring.tokens(segment))
+        if current and wider * (len(current) + 1) > max_tokens:
             out.append(current)
-            current, p, r = [], row["prompt_tokens"], len(row["reply_ids"])
-        current.append(row)
-        prompt, reply = p, r
+            current, wider = [], scoring.tokens(segment)
+        current.append(segment)
+        width = wider
     return out + ([current] if current else [])
 
 
-def split_even(rows: list, parts: int) -> list[list]:
-    """`rows` in `parts` consecutive chunks whose sizes differ by at most one (TRL splits a generation batch into
-    equal micro-batches; a step's turn count need not divide).
+def split_turns(segments: list[list[dict]], parts: int) -> list[list[list[dict]]]:
+    """`segments` in `parts` consecutive chunks of whole segments with about as many turns each (TRL splits a
+    generation batch into equal micro-batches; a segment is never cut).
 
-    >>> [len(c) for c in split_even(list(range(7)), 3)]
-    [3, 2, 2]
+    >>> [[len(s) for s in c] for c in split_turns([[0] * 4, [0], [0], [0] * 2], 2)]
+    [[4], [1, 1, 2]]
+    >>> [len(c) for c in split_turns([[0]], 2)]
+    [1, 0]
     """
-    size, extra = divmod(len(rows), parts)
-    out, start = [], 0
+    total = sum(len(s) for s in segments)
+    out, start, done = [], 0, 0
     for k in range(parts):
-        end = start + size + (k < extra)
-        out.append(rows[start:end])
+        end, target = start, total * (k + 1) / parts
+        while end < len(segments) and (k == parts - 1 or done + len(segments[end]) / 2 <= target - 1e-9
+                                       or end == start):
+            done += len(segments[end])
+            end += 1
+        out.append(segments[start:end])
         start = end
     return out
 
@@ -157,12 +165,13 @@ class EpisodeRollouts:
     budget."""
 
     make_env = None  # a callable returning a fresh environment
-    play_settings: Settings | None = None
+    play_settings = None  # `vlrl.episodes.context.Settings`
     episodes_at_once: int = 0  # 0: a process's whole share of the step at once
     pass_tokens: int = 16384
     episode_log = None
     degeneration_monitor = None
     _played_tokens = 0  # reply tokens generated this step, redraws included
+    _merged = None  # the pass being scored: its segments' forward (`vlrl.episodes.scoring.merged_inputs`)
     dynamic_sampling = 0  # more draws a step for groups whose returns are all equal (`vlrl.dynamic_sampling`)
 
     def _prepare_inputs(self, generation_batch):
@@ -195,6 +204,37 @@ class EpisodeRollouts:
             loss = loss / self.current_gradient_accumulation_steps
         self.accelerator.backward(loss)
 
+    # --- scoring: one forward per segment -----------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        self._merged = inputs.get("merged")
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._merged = None
+
+    def _full_logits_logps(self, model, *args, compute_entropy=False, **kwargs):
+        """TRL's forward over prompt + completion rows, replaced while a pass is scored: its segments' forward gives
+        the same log-probs in the same layout (the rows' prompts are placeholders then)."""
+        if self._merged is None:
+            return super()._full_logits_logps(model, *args, compute_entropy=compute_entropy, **kwargs)
+        return (*self._merged_logps(model, compute_entropy), None)
+
+    _chunked_logps = _full_logits_logps  # TRL's other scoring path (`use_liger_kernel`): the same replacement
+
+    def _merged_logps(self, model, compute_entropy: bool):
+        merged = self._merged
+
+        def score(module):
+            return scoring.reply_logps(module, merged, merged["reply_mask"], temperature=self.temperature,
+                                       suppressed=self.suppressed_token_ids, autocast=self.accelerator.autocast,
+                                       compute_entropy=compute_entropy)
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward, as TRL's chunked path
+            return self._forward_redirection(model, unwrapped, score, unwrapped)
+        return score(unwrapped)
+
     # --- one rollout ------------------------------------------------------------------------------------------------
 
     def _play_and_batch(self, generation_batch: list[dict]) -> list[dict]:
@@ -206,7 +246,7 @@ class EpisodeRollouts:
             episodes, mine = self._redraw(episodes, mine, flat)
         played = torch.tensor([float(self._played_tokens)], device=self.accelerator.device)
         self._metrics["train"]["episodes/generated_tokens"].append(self.accelerator.reduce(played, "sum").item())
-        rows = turn_rows(episodes, mine, self.processing_class, self.play_settings)
+        rows = turn_rows(episodes, mine)
         if self.degeneration_monitor is not None:
             self.degeneration_monitor.observe([r.get("reply", "") for e in episodes for r in e.turns],
                                               [ids for e in episodes for ids in e.reply_ids])
@@ -296,61 +336,59 @@ class EpisodeRollouts:
     def _micro_batches(self, rows: list[dict]) -> list[dict]:
         """The process's rows as `steps_per_generation` micro-batches of passes, each pass in TRL's batch form with its
         weight; every process ends with the same number of passes in each micro-batch."""
-        chunks = [passes(chunk, self.pass_tokens) for chunk in split_even(rows, self.args.steps_per_generation)]
+        segments = scoring.segments(rows)
+        chunks = [passes(chunk, self.pass_tokens) for chunk in split_turns(segments, self.args.steps_per_generation)]
         counts = torch.tensor([len(c) for c in chunks], device=self.accelerator.device)
         most = self.accelerator.gather(counts[None]).view(-1, len(chunks)).amax(dim=0).clamp(min=1).tolist()
         tokens = self.accelerator.gather(torch.tensor(sum(len(r["reply_ids"]) for r in rows),
                                                       device=self.accelerator.device)).sum()
-        filler = rows[:1]
+        filler = segments[:1]
         batches = []
         for chunk, n in zip(chunks, most):
-            micro_rows = sum(len(p) for p in chunk)
-            micro_tokens = sum(len(r["reply_ids"]) for p in chunk for r in p)
+            turns = [[r for segment in p for r in segment] for p in chunk]
+            micro_rows, micro_tokens = sum(map(len, turns)), sum(len(r["reply_ids"]) for t in turns for r in t)
             weighted = [(self._pass_inputs(p, tokens),
-                         pass_weight(self.loss_type, len(p), sum(len(r["reply_ids"]) for r in p), micro_rows,
-                                     micro_tokens)) for p in chunk]
+                         pass_weight(self.loss_type, len(t), sum(len(r["reply_ids"]) for r in t), micro_rows,
+                                     micro_tokens)) for p, t in zip(chunk, turns)]
             if n > len(chunk):  # another process has more passes here: zero-weight ones keep the calls in step
                 weighted += [(self._pass_inputs(filler, tokens), 0.0)] * (n - len(chunk))
             batches.append({"passes": weighted})
         return batches
 
-    def _pass_inputs(self, rows: list[dict], num_items) -> dict:
-        """One pass's rows in the form TRL's loss reads (`GRPOTrainer._generate_and_score_completions`' output):
-        prompts left-padded with their pictures' tensors, replies right-padded, advantages, sampled log-probs. No rows
-        (every episode of this process failed): one masked row of a single pad token, which trains nothing."""
+    def _pass_inputs(self, chosen: list[list[dict]], num_items) -> dict:
+        """One pass's turns in the form TRL's loss reads (`GRPOTrainer._generate_and_score_completions`' output):
+        replies right-padded, advantages, sampled log-probs, one placeholder token as each row's prompt, and under
+        "merged" the forward of its segments that scores them (`vlrl.episodes.scoring`). No segments (every episode
+        of this process failed): one masked row of a single pad token, scored by TRL's own forward, which trains
+        nothing."""
         from trl.trainer.utils import pad
 
         device = self.accelerator.device
         pad_id = self.processing_class.tokenizer.pad_token_id
+        rows = [r for segment in chosen for r in segment]
         if not rows:
             one = torch.tensor([[pad_id]], device=device)
             return {"prompt_ids": one, "prompt_mask": torch.ones_like(one), "completion_ids": one,
                     "completion_mask": torch.zeros_like(one), "advantages": torch.zeros(1, device=device),
                     "num_items_in_batch": num_items}
-        flat = [image for r in rows for image in r["images"]]
-        prompts = batch_inputs(self.processing_class, [r["text"] for r in rows], flat, padding_side="left")
         replies = [torch.tensor(r["reply_ids"]) for r in rows]
         completion_ids = pad(replies, padding_value=pad_id, padding_side="right")
-        completion_mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
+        reply_mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
+        completion_mask = reply_mask
         if self.mask_truncated_completions:  # as TRL: a reply cut at the budget (no stop token) trains nothing
             ends = {*self.eos_token_ids, pad_id}
-            completion_mask = completion_mask * torch.tensor([[int(r["reply_ids"][-1] in ends)] for r in rows])
-        out = {"prompt_ids": prompts["input_ids"], "prompt_mask": prompts["attention_mask"],
+            completion_mask = reply_mask * torch.tensor([[int(r["reply_ids"][-1] in ends)] for r in rows])
+        placeholder = torch.full((len(rows), 1), pad_id)
+        merged = scoring.merged_inputs(self.processing_class, chosen)
+        merged["reply_mask"] = reply_mask
+        out = {"prompt_ids": placeholder, "prompt_mask": torch.ones_like(placeholder),
                "completion_ids": completion_ids, "completion_mask": completion_mask,
                "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
-               "num_items_in_batch": num_items}
-        for key in ("pixel_values", "image_grid_thw"):
-            if key in prompts:
-                out[key] = prompts[key]
-        if flat:
-            out["num_images"] = [len(r["images"]) for r in rows]
-        if "mm_token_type_ids" in prompts:  # per token: the reply is text
-            out["mm_token_type_ids"] = torch.cat([prompts["mm_token_type_ids"],
-                                                  torch.zeros_like(completion_ids)], dim=1)
+               "num_items_in_batch": num_items, "merged": merged}
         if all(r["logps"] is not None for r in rows):
             out["sampling_per_token_logps"] = pad([torch.tensor(r["logps"], dtype=torch.float32) for r in rows],
                                                   padding_value=0.0, padding_side="right")
-        out = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        out = _to(out, device)
         if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
             out["old_per_token_logps"] = self._old_logps(out)  # the rollout policy's, fixed across its updates
         return out
@@ -358,13 +396,19 @@ class EpisodeRollouts:
     def _old_logps(self, inputs: dict) -> torch.Tensor:
         from trl.trainer.utils import disable_gradient_checkpointing
 
-        forward = {k: inputs[k] for k in ("pixel_values", "image_grid_thw", "mm_token_type_ids") if k in inputs}
-        with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            logps, _, _ = self._get_per_token_logps_and_entropies(
-                self.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
-                torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-                inputs["completion_ids"].size(1), num_images=inputs.get("num_images"), **forward)
-        return logps
+        self._merged = inputs["merged"]
+        try:
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                return self._merged_logps(self.model, False)[0]
+        finally:
+            self._merged = None
+
+
+def _to(value, device):
+    """Every tensor of a (nested) dict on `device`."""
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def trainer_class(base: type) -> type:

@@ -69,7 +69,7 @@ def _episode_items(env, env_seed: int, settings, choose) -> list[dict]:
     messages, _ = opening(env.describe(), env.reset(env_seed), settings)
     found = []
     for _ in range(settings.max_turns):
-        context, _ = cap_context(messages, max_images=settings.max_images_in_context)
+        context, _ = cap_context(messages, max_images=settings.max_images_in_context, step=settings.image_drop_step)
         prompt, images = to_processor(context)
         reply = choose(env)
         found.append({"prompt": prompt, "images": images, "target": reply})
