@@ -231,8 +231,10 @@ class EpisodeRollouts:
                                        compute_entropy=compute_entropy)
 
         unwrapped = self.accelerator.unwrap_model(model)
-        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward, as TRL's chunked path
-            return self._forward_redirection(model, unwrapped, score, unwrapped)
+        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward (DDP's hooks, FSDP's
+            from trl.models.utils import _ForwardRedirection  # gathers), as TRL's own chunked path does
+
+            return _ForwardRedirection()(model, unwrapped, score, unwrapped)
         return score(unwrapped)
 
     # --- one rollout ------------------------------------------------------------------------------------------------
