@@ -94,6 +94,27 @@ def test_leading_dimensions_and_a_float32_input():
     assert relative_error(y, x.double() @ packed.dequantized().double().T + packed.bias.double()) < 1e-5
 
 
+def test_without_kernels_routes_every_row_count_through_the_dequantized_weight(monkeypatch):
+    """Where gemlite's kernel would take a short bf16 input (a probe's few dozen tokens), `without_kernels` sends it
+    through the dequantized weight instead: what the adapter read-back check compares on (here the kernel is a
+    recording stand-in; CPUs have no gemlite)."""
+    layer = linear4bit(128, 64, bias=False)
+    packed = weights.PackedLinear.from_linear4bit(layer)
+    calls = []
+    packed._kernel_args, packed._splitk = ((), {}), 0  # as `_build_kernel` leaves them where gemlite is installed
+    monkeypatch.setattr(torch.ops, "gemlite", type("Ops", (), {"forward_functional": staticmethod(
+        lambda x, *_: calls.append(x.shape) or torch.zeros(*x.shape[:-1], 64, dtype=x.dtype))})(), raising=False)
+    x = torch.randn(5, 128).to(DEVICE, torch.bfloat16)
+    with torch.no_grad():
+        through_kernel = packed(x)
+        with weights.without_kernels():
+            exact = packed(x)
+        again = packed(x)
+    assert calls == [(5, 128), (5, 128)] and not through_kernel.any() and not again.any()  # the kernel's, twice
+    reference = torch.nn.functional.linear(x, packed.dequantized(torch.bfloat16))
+    assert torch.equal(exact, reference) and weights.KERNELS
+
+
 def test_input_gradient_without_keeping_a_weight_copy():
     layer = linear4bit(128, 64)
     packed = weights.PackedLinear.from_linear4bit(layer)

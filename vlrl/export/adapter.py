@@ -119,16 +119,20 @@ def check_reload(model, processor, adapter_dir: str | Path) -> dict:
     """
     if not hasattr(model, "load_adapter") or not hasattr(model, "disable_adapter"):
         raise ExportError(f"{type(model).__name__} is not a PEFT model; export_adapter needs the LoRA-wrapped model.")
+    from vlrl.engine.weights import without_kernels
+
     inputs = probe_inputs(processor)
     flags = {name: p.requires_grad for name, p in model.named_parameters()}  # set_adapter changes them
     active = model.active_adapter
-    reference = probe_logits(model, inputs)
-    with model.disable_adapter():
-        base = probe_logits(model, inputs)
+    with without_kernels():  # the same arithmetic in every probe: the files are what is checked
+        reference = probe_logits(model, inputs)
+        with model.disable_adapter():
+            base = probe_logits(model, inputs)
     model.load_adapter(str(adapter_dir), adapter_name=RELOADED)
     try:
         model.set_adapter(RELOADED)
-        reloaded = probe_logits(model, inputs)
+        with without_kernels():
+            reloaded = probe_logits(model, inputs)
     finally:
         model.set_adapter(active)
         model.delete_adapter(RELOADED)
