@@ -192,7 +192,8 @@ def backend_of(model) -> str:
 
 
 def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length: int = 2048,
-               lora: LoraSettings | None = None, finetune_vision_layers: bool = False, backend: str = "auto"):
+               lora: LoraSettings | None = None, finetune_vision_layers: bool = False, backend: str = "auto",
+               processor: bool = True):
     """Loads (model, processor), LoRA-wrapped when `lora` is given, the vision tower frozen unless asked.
 
     Args:
@@ -202,6 +203,8 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         lora: LoRA settings; None returns the plain model.
         finetune_vision_layers: also adapt the vision tower's attention and MLP (off by default).
         backend: "auto", "unsloth" or "transformers" (see `choose_backend`).
+        processor: False: the transformers backend returns None for the processor, for a caller that loads another
+            one (`vlrl.export.load_adapted`: the adapter's own), instead of parsing the base's tokenizer for nothing.
 
     Returns:
         (model, processor); the processor pads on the left by default (`_pad_left_for_trl`); vlrl's own batched
@@ -213,7 +216,7 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         if backend == "unsloth":
             model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
         else:
-            model, processor = _load_transformers(name_or_path, load_in_4bit)
+            model, processor = _load_transformers(name_or_path, load_in_4bit, processor)
     except OSError as err:  # no such directory, or a hub id that cannot be reached (offline) or does not exist
         offline = " (HF_HUB_OFFLINE is set: only local checkpoints load)" if hub_offline() else ""
         raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r} could not be loaded{offline}: "
@@ -274,7 +277,7 @@ def bnb_4bit_config(*, skip_modules: list[str] | None = None):
                               bnb_4bit_use_double_quant=True, llm_int8_skip_modules=skip_modules)
 
 
-def _load_transformers(name_or_path, load_in_4bit):
+def _load_transformers(name_or_path, load_in_4bit, with_processor=True):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
@@ -290,8 +293,9 @@ def _load_transformers(name_or_path, load_in_4bit):
         torch.cuda.set_device(distributed.local_rank())
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype, **kwargs)
-    processor = AutoProcessor.from_pretrained(name_or_path)
-    _pad_left_for_trl(processor)
+    processor = AutoProcessor.from_pretrained(name_or_path) if with_processor else None
+    if processor is not None:
+        _pad_left_for_trl(processor)
     if torch.cuda.is_available() and not load_in_4bit:
         model = model.to("cuda")
     return model, processor

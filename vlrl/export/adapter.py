@@ -189,8 +189,10 @@ def load_adapted(adapter_dir: str | Path, *, base: str | Path | None = None):
 
     adapter_dir = Path(adapter_dir)
     base = str(base or adapter_config(adapter_dir)["base_model_name_or_path"])
-    model, processor = load_model(base, backend="transformers")
-    if (adapter_dir / "processor_config.json").exists() or (adapter_dir / "preprocessor_config.json").exists():
+    saved = (adapter_dir / "processor_config.json").exists() or (adapter_dir / "preprocessor_config.json").exists()
+    # the adapter's own processor when it holds one: the base's is then not loaded (2-3 s of tokenizer parsing)
+    model, processor = load_model(base, backend="transformers", processor=not saved)
+    if saved:
         from transformers import AutoProcessor
 
         processor = AutoProcessor.from_pretrained(str(adapter_dir))

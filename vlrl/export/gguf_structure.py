@@ -77,6 +77,24 @@ def _gguf_module(tools: Path):
     return gguf
 
 
+def _reader(gguf, path: Path):
+    """gguf-py's GGUFReader over a plain array view of its memory map: it slices the file a few times per string of
+    the model's 151,936-token vocabulary and merges, and each slice of an np.memmap pays for a memmap of its own
+    (`__array_finalize__`). The same fields and tensors; the tiny model's f32 GGUF read in 6.5 s instead of 14-20 s."""
+    import numpy as np
+
+    class PlainReader(gguf.GGUFReader):
+        @property
+        def data(self):
+            return self._array
+
+        @data.setter
+        def data(self, mapped):  # GGUFReader.__init__ assigns its np.memmap here, before it parses anything
+            self._array = mapped.view(np.ndarray)
+
+    return PlainReader(str(path))
+
+
 def check_gguf_structure(files: dict, merged_dir: str | Path, adapter_dir: str | Path, tools: Path) -> dict:
     """Reads the three GGUF files back with gguf-py and checks architecture, hyperparameters, tensor names and
     shapes against the HF checkpoints they came from.
@@ -134,7 +152,7 @@ def check_gguf_structure(files: dict, merged_dir: str | Path, adapter_dir: str |
     }
     checked = {}
     for kind, path in files.items():
-        reader = gguf.GGUFReader(str(path))
+        reader = _reader(gguf, path)
         for key, want in metadata[kind].items():
             field = reader.fields.get(key)
             got = field.contents() if field is not None else None
