@@ -5,7 +5,9 @@ Rendering a conversation and tokenizing its text again need not give back the id
 tokenizer has many ways to spell one text, and a sampled reply may take a rare one), so a context built that way
 is not what the model produced, and the next turn's context does not extend the previous one. Here the chat
 template renders the capped conversation with each reply's place marked (`MARK`); the text between the marks is
-tokenized by the processor (each image expanded into its image tokens) and each reply's ids go in its place.
+tokenized by the processor (each image expanded into its image tokens) and each reply's ids go in its place. So a
+reply stays whole, as generated: a template that would rewrite an earlier assistant turn (a thinking model's drops
+its reasoning) does not rewrite it here, as in prime-rl's and verl's multi-turn rollouts.
 
 While no image is dropped, turn t+1's context is turn t's context, then its reply's ids, then the new text after the
 reply's mark (the template's end of the reply, the next observation and the generation prompt): only that piece is
