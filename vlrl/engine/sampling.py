@@ -5,7 +5,8 @@ already stopped held at the pad token.
 
 The draw is the exponential race: argmax(p / E) with E ~ Exp(1) per vocabulary entry picks token i with probability
 p_i exactly (the Gumbel-max trick in another form), from torch's seeded generator, with no cumulative sum over the
-vocabulary and no `torch.multinomial` (which breaks CUDA graphs).
+vocabulary and no `torch.multinomial` (which breaks CUDA graphs). E is drawn as -log U, U uniform: on a CPU (the tests,
+the tiny runs) 2.5x faster than `exponential_`, which took half of a 16-row decode of the tiny model there.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class TokenChooser:
             scores = self._force(scores)
         if self.temperature > 0:
             probs = torch.softmax(scores, dim=-1)
-            token = (probs / torch.empty_like(probs).exponential_()).argmax(dim=-1)
+            token = (probs / torch.rand_like(probs).log_().neg_()).argmax(dim=-1)
         else:
             token = scores.argmax(dim=-1)
         if self.logps is not None:
