@@ -37,7 +37,7 @@ CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context g
 @dataclass
 class Episode:
     """One episode: its full conversation (every image, OpenAI schema), the observations as the environment gave
-    them (`frames`, reset's first), one dict per turn, each turn's context as the model took it (`prompts`:
+    them (`frames`, reset's first), one dict per turn, each turn's context as the model took it (`contexts`:
     `prompts.Tokenized`) and the token ids of each reply as generated (what training scores; with
     `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
 
@@ -45,7 +45,7 @@ class Episode:
     messages: list = field(default_factory=list)
     frames: list = field(default_factory=list)
     turns: list = field(default_factory=list)
-    prompts: list = field(default_factory=list)
+    contexts: list = field(default_factory=list)
     reply_ids: list = field(default_factory=list)
     reply_content: list = field(default_factory=list)  # each reply's ids without the stop token that ended it
     reply_logps: list = field(default_factory=list)
@@ -55,7 +55,7 @@ class Episode:
     metrics: dict = field(default_factory=dict)
     dropped_per_message: int = 0
     dropped_from_context: int = 0
-    _contexts: Contexts | None = field(default=None, repr=False)
+    _tokens: Contexts | None = field(default=None, repr=False)  # builds `contexts`, turn after turn
 
     @property
     def ended(self) -> bool:
@@ -70,9 +70,9 @@ class Episode:
         capped, dropped = cap_context(self.messages, max_images=settings.max_images_in_context,
                                       step=settings.image_drop_step)
         self.dropped_from_context = max(self.dropped_from_context, dropped)  # a dropped image stays dropped
-        if self._contexts is None:
-            self._contexts = Contexts(processor)
-        return self._contexts.next(capped, self.reply_content, dropped)
+        if self._tokens is None:
+            self._tokens = Contexts(processor)
+        return self._tokens.next(capped, self.reply_content, dropped)
 
 
 def environment_for(config):
@@ -210,7 +210,7 @@ def _turn(model, processor, decoding, episodes: list[Episode], envs: list, setti
     for k, reply in zip(fits, replies):
         if reply.logps is not None:
             episodes[k].reply_logps.append(reply.logps)
-        episodes[k].prompts.append(contexts[k])
+        episodes[k].contexts.append(contexts[k])
         episodes[k].reply_content.append(reply.content_ids)
         _take_turn(episodes[k], envs[k], reply.text, reply.ids, len(contexts[k].ids), settings)
 

@@ -103,17 +103,18 @@ def reply_logps(model, merged: dict, reply_mask: torch.Tensor, *, temperature: f
     if type(head) is torch.nn.Linear:
         bias = head.bias
         if suppressed:  # as `vlrl.mismatch.masked`: the placeholders' logits far below any other (exp() of them is 0)
-            bias = torch.zeros(head.weight.shape[0], device=hidden.device) if bias is None else bias.detach().float()
+            bias = torch.zeros(head.weight.shape[0], device=hidden.device) if bias is None \
+                else bias.detach().float().clone()  # never the layer's own bias, changed in place
             bias[list(suppressed)] += MASKED_LOGIT
         with autocast():
             logps, entropies = _ChunkedLogProbFunction.apply(hidden, head.weight, bias, merged["labels"], temperature,
                                                              VOCAB_CHUNK, cap, scale)
     else:  # an adapted output layer (LoRA on the head: the tiny presets) is run as the module it is, all at once
         with autocast():
-            logits = head(hidden).float() * scale
+            logits = mask_tokens(head(hidden).float(), list(suppressed)) * scale  # masked where the hook masks
         if cap is not None:
             logits = torch.tanh(logits / cap) * cap
-        logits = mask_tokens(logits, list(suppressed)) / temperature if suppressed else logits / temperature
+        logits = logits / temperature
         every = logits.log_softmax(-1)
         logps = every.gather(-1, merged["labels"][:, None]).squeeze(-1)
         entropies = -(every.exp() * every).sum(-1)

@@ -93,7 +93,7 @@ def turn_rows(episodes, advantages: list[float]) -> list[dict]:
             if not ids:
                 continue
             logps = episode.reply_logps[t] if t < len(episode.reply_logps) else None
-            rows.append({"episode": e, "prompt": episode.prompts[t], "reply_ids": list(ids), "logps": logps,
+            rows.append({"episode": e, "prompt": episode.contexts[t], "reply_ids": list(ids), "logps": logps,
                          "advantage": float(advantage)})
     return rows
 
@@ -105,7 +105,7 @@ def passes(segments: list[list[dict]], max_tokens: int) -> list[list[list[dict]]
     >>> from vlrl.prompts import Tokenized
     >>> seg = lambda p, r: [{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}]
     >>> chunks = passes([seg(90, 10), seg(280, 20), seg(150, 50), seg(800, 100)], 600)
-    >>> [[s[0]["reply_ids"].__len__() for s in p] for p in chunks]
+    >>> [[len(s[0]["reply_ids"]) for s in p] for p in chunks]
     [[10, 20], [50], [100]]
     """
     out, current, width = [], [], 0
