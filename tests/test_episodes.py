@@ -413,6 +413,7 @@ def test_contexts_are_the_templates_tokens_with_each_reply_as_generated(tiny_bas
         messages += [context.assistant_message(reply), context.user_message("s", [image], max_images=1)[0]]
     extends = [scoring.extends(a, replies[t], b) for t, ((a, _), (b, _)) in enumerate(itertools.pairwise(built))]
     assert [d for _, d in built] == [0, 0, 2, 2, 4] and extends == [True, False, True, False]
+    assert built[1][0].pixels[0] is built[0][0].pixels[0]  # an extended context shares its images' tensors
     assert spelled == built[3][0].ids[len(built[2][0].ids):][:4]  # the reply as generated, not "left" retokenized
 
 

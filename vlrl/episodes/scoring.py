@@ -32,15 +32,10 @@ def extends(earlier: Tokenized, reply: list[int], context: Tokenized) -> bool:
     (True, False)
     """
     n = len(earlier.ids)
-    if context.ids[:n + len(reply)] != earlier.ids + list(reply):
+    if context.ids[:n + len(reply)] != earlier.ids + list(reply) or len(context.pixels) < len(earlier.pixels):
         return False
-    if earlier.image_grid_thw is None:
-        return True
-    if context.image_grid_thw is None:
-        return False
-    images, rows = len(earlier.image_grid_thw), len(earlier.pixel_values)
-    return (torch.equal(context.image_grid_thw[:images], earlier.image_grid_thw)
-            and torch.equal(context.pixel_values[:rows], earlier.pixel_values))
+    ours = context.pixels[:len(earlier.pixels)] + context.grids[:len(earlier.grids)]
+    return all(a is b or torch.equal(a, b) for a, b in zip(earlier.pixels + earlier.grids, ours))  # shared pieces
 
 
 def segments(rows: list[dict]) -> list[list[dict]]:
@@ -77,8 +72,8 @@ def merged_inputs(processor, chosen: list[list[dict]]) -> dict:
     width = max(tokens(s) for s in chosen)
     for s, segment in enumerate(chosen):
         last = segment[-1]
-        contexts.append(Tokenized(last["prompt"].ids + list(last["reply_ids"]), last["prompt"].pixel_values,
-                                  last["prompt"].image_grid_thw, last["prompt"].type_ids))
+        contexts.append(Tokenized(last["prompt"].ids + list(last["reply_ids"]), last["prompt"].pixels,
+                                  last["prompt"].grids, last["prompt"].type_ids))
         for row in segment:
             start = s * width + len(row["prompt"].ids) - 1  # the hidden state before each reply token predicts it
             positions.extend(range(start, start + len(row["reply_ids"])))

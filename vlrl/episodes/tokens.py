@@ -17,8 +17,6 @@ what lets the update score an episode's turns in one forward (`vlrl.episodes.sco
 
 from __future__ import annotations
 
-import torch
-
 from vlrl.episodes.context import to_processor
 from vlrl.prompts import Tokenized
 
@@ -59,8 +57,9 @@ class Contexts:
 
     def _tokenize(self, text: str, images: list) -> Tokenized:
         out = self.processor(text=[text], images=images or None, return_tensors="pt")
-        return Tokenized(out["input_ids"][0].tolist(), out.get("pixel_values"), out.get("image_grid_thw"),
-                         type_ids="mm_token_type_ids" in out)
+        pictures = "pixel_values" in out
+        return Tokenized(out["input_ids"][0].tolist(), (out["pixel_values"],) if pictures else (),
+                         (out["image_grid_thw"],) if pictures else (), type_ids="mm_token_type_ids" in out)
 
 
 def _pieces(processor, messages: list[dict]) -> tuple[list[str], list]:
@@ -86,8 +85,6 @@ def _image_marker(processor) -> str:
 
 
 def _join(parts: list[Tokenized]) -> Tokenized:
-    pictures = [p for p in parts if p.pixel_values is not None]
-    return Tokenized([i for p in parts for i in p.ids],
-                     torch.cat([p.pixel_values for p in pictures]) if pictures else None,
-                     torch.cat([p.image_grid_thw for p in pictures]) if pictures else None,
+    return Tokenized([i for p in parts for i in p.ids], tuple(x for p in parts for x in p.pixels),
+                     tuple(x for p in parts for x in p.grids),
                      type_ids=parts[0].type_ids)  # the first part is the processor's, as every text part
