@@ -17,6 +17,8 @@ what lets the update score an episode's turns in one forward (`vlrl.episodes.sco
 
 from __future__ import annotations
 
+import itertools
+
 from vlrl.episodes.context import to_processor
 from vlrl.prompts import Tokenized
 
@@ -38,19 +40,18 @@ class Contexts:
         reply; `replies` are the content ids of its assistant messages, in order (each reply's ids without the stop
         token that ended it: the template writes its own end of turn)."""
         pieces, images = _pieces(self.processor, messages)
-        extends = self.last is not None and dropped == self.dropped and len(replies) == self.replies + 1
-        if extends:
-            tail = self._tokenize(pieces[-1], images[len(images) - pieces[-1].count(_image_marker(self.processor)):])
-            context = _join([self.last, Tokenized(list(replies[-1])), tail])
+        marker = getattr(self.processor, "image_token", "<|image_pad|>")
+        ends = list(itertools.accumulate(piece.count(marker) for piece in pieces))  # each piece's images end here
+
+        def piece(k: int) -> Tokenized:
+            return self._tokenize(pieces[k], images[ends[k] - pieces[k].count(marker):ends[k]])
+
+        if self.last is not None and dropped == self.dropped and len(replies) == self.replies + 1:
+            context = _join([self.last, Tokenized(list(replies[-1])), piece(len(pieces) - 1)])  # only the new text
         else:
-            parts, used = [], 0
-            marker = _image_marker(self.processor)
-            for k, piece in enumerate(pieces):
-                n = piece.count(marker)
-                parts.append(self._tokenize(piece, images[used:used + n]))
-                used += n
-                if k < len(replies):
-                    parts.append(Tokenized(list(replies[k])))
+            parts = [piece(0)]
+            for k, reply in enumerate(replies, start=1):
+                parts += [Tokenized(list(reply)), piece(k)]
             context = _join(parts)
         self.last, self.replies, self.dropped = context, len(replies), dropped
         return context
@@ -78,10 +79,6 @@ def _unmarked(message: dict) -> dict:
         return {**message, "content": content.replace(MARK, "")}
     return {**message, "content": [{**p, "text": p["text"].replace(MARK, "")} if isinstance(p.get("text"), str) else p
                                    for p in content or []]}
-
-
-def _image_marker(processor) -> str:
-    return getattr(processor, "image_token", "<|image_pad|>")
 
 
 def _join(parts: list[Tokenized]) -> Tokenized:

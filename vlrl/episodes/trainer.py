@@ -30,6 +30,7 @@ import time
 from dataclasses import replace
 
 import torch
+from accelerate.utils import send_to_device
 
 from vlrl import dynamic_sampling as redraw
 from vlrl.episodes import scoring
@@ -131,9 +132,11 @@ def split_turns(segments: list[list[dict]], parts: int) -> list[list[list[dict]]
     total = sum(len(s) for s in segments)
     out, start, done = [], 0, 0
     for k in range(parts):
-        end, target = start, total * (k + 1) / parts
-        while end < len(segments) and (k == parts - 1 or done + len(segments[end]) / 2 <= target - 1e-9
-                                       or end == start):
+        end = start
+        # a chunk takes each next segment whose middle turn falls within its share of the turns (at least one
+        # segment; the last chunk takes the rest), compared in integers: (done + len / 2) / total <= (k + 1) / parts
+        while end < len(segments) and (end == start or k == parts - 1
+                                       or (2 * done + len(segments[end])) * parts <= 2 * total * (k + 1)):
             done += len(segments[end])
             end += 1
         out.append(segments[start:end])
@@ -390,7 +393,7 @@ class EpisodeRollouts:
         if all(r["logps"] is not None for r in rows):
             out["sampling_per_token_logps"] = pad([torch.tensor(r["logps"], dtype=torch.float32) for r in rows],
                                                   padding_value=0.0, padding_side="right")
-        out = _to(out, device)
+        out = send_to_device(out, device)
         if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
             out["old_per_token_logps"] = self._old_logps(out)  # the rollout policy's, fixed across its updates
         return out
@@ -404,13 +407,6 @@ class EpisodeRollouts:
                 return self._merged_logps(self.model, False)[0]
         finally:
             self._merged = None
-
-
-def _to(value, device):
-    """Every tensor of a (nested) dict on `device`."""
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 def trainer_class(base: type) -> type:

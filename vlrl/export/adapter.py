@@ -128,16 +128,15 @@ def check_reload(model, processor, adapter_dir: str | Path) -> dict:
         reference = probe_logits(model, inputs)
         with model.disable_adapter():
             base = probe_logits(model, inputs)
-    model.load_adapter(str(adapter_dir), adapter_name=RELOADED)
-    try:
-        model.set_adapter(RELOADED)
-        with without_kernels():
+        model.load_adapter(str(adapter_dir), adapter_name=RELOADED)
+        try:
+            model.set_adapter(RELOADED)
             reloaded = probe_logits(model, inputs)
-    finally:
-        model.set_adapter(active)
-        model.delete_adapter(RELOADED)
-        for name, p in model.named_parameters():
-            p.requires_grad_(flags.get(name, False))
+        finally:
+            model.set_adapter(active)
+            model.delete_adapter(RELOADED)
+            for name, p in model.named_parameters():
+                p.requires_grad_(flags.get(name, False))
     gap, effect = logits_gap(reference, reloaded), logits_gap(reference, base)
     tolerance = reload_tolerance(model)
     if not gap <= tolerance:
