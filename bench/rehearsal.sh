@@ -75,7 +75,7 @@ stages = Path(f"/tmp/runs/{name}.stages.json")
 if stages.exists():
     for s in json.loads(stages.read_text())["stages"]:
         print(f"  {s['seconds']:8.1f} s  alloc {s.get('peak_allocated_gib')} reserved {s.get('peak_reserved_gib')} GiB  {s['stage']}")
-keys = ("step", "step_time", "completions/mean_length", "reward", "sampling/rollout_train_kl",
+keys = ("step", "step_time", "rollout_time", "completions/mean_length", "reward", "sampling/rollout_train_kl",
         "sampling/sampling_logp_difference/mean", "sampling/sampling_logp_difference/max",
         "sampling/train_rollout_ratio/max", "sampling/train_rollout_ratio/above_cap")
 log = run / "train_log.jsonl"

@@ -106,6 +106,33 @@ def test_greedy_tokens_on_the_hybrid_cache_equal_the_eager_path(warm_qwen35, mon
     assert any("<SOLUTION>" in c.text for c in results[True])  # and writes the answer format
 
 
+def test_episode_turns_on_the_hybrid_cache_are_prefilled_whole(qwen35_base, monkeypatch):
+    """An episode's later turns never extend the kept cache of a model with linear-attention layers (skipped slots
+    would pass through their recurrent state): each turn is prefilled whole, and the replies are the dynamic cache's."""
+    from vlrl.envs import make
+    from vlrl.episodes import rollout
+
+    _, (policy, processor) = qwen35_base
+    calls, decode = [], engine.Session.decode
+
+    def recorded(self, *args, **kwargs):
+        out = decode(self, *args, **kwargs)
+        calls.append(out.stats)
+        return out
+
+    monkeypatch.setattr(engine.Session, "decode", recorded)
+    settings = {"max_turns": 3, "max_new_tokens": 6, "max_seq_length": 4096, "temperature": 0.0}
+    episodes = {}
+    for fast in (False, True):
+        monkeypatch.setattr(loop, "STATIC_ON_CPU", fast)
+        episodes[fast] = rollout.play(policy, processor, lambda: make("grid", size=3), [0, 1],
+                                      rollout.Settings(**settings, fast_generation=fast))
+    assert [e.reply_ids for e in episodes[True]] == [e.reply_ids for e in episodes[False]]
+    static = [c for c in calls if c["cache_length"]]
+    assert len(static) == 3 and not any(c.get("reused") for c in static)
+    assert [c["whole"] for c in static] == ["first"] * 3  # nothing kept between turns
+
+
 @pytest.mark.slow
 def test_rollout_training_mismatch_is_as_low_as_qwen3_vl(tmp_path, monkeypatch):
     """Rollouts decoded through the static hybrid cache (the GPU's path) against TRL's training forward over the

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from vlrl import distributed, prompts, thinking
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
 from vlrl.engine.sampling import Budget
+from vlrl.engine.session import Session
 
-__all__ = ["Budget", "Completion", "Decoded", "Decoding", "cache_length", "complete", "complete_tokenized", "decode",
-           "decoding_for", "stop_ids"]
+__all__ = ["Budget", "Completion", "Decoded", "Decoding", "Session", "cache_length", "complete", "complete_tokenized",
+           "decode", "decoding_for", "stop_ids"]
 
 
 @dataclass
@@ -86,10 +87,18 @@ def complete(model, processor, texts: list[str], images: list[list], decoding: D
     return _complete(model, processor, inputs, decoding, draws)
 
 
-def complete_tokenized(model, processor, contexts: list[prompts.Tokenized], decoding: Decoding) -> list[Completion]:
+def complete_tokenized(model, processor, contexts: list[prompts.Tokenized], decoding: Decoding, *,
+                       session: Session | None = None) -> list[Completion]:
     """Completes contexts given as token ids with their images' tensors (`prompts.Tokenized`: an episode's turns,
-    `vlrl.episodes.tokens`), left-padded and decoded in one batch."""
-    return _complete(model, processor, prompts.token_batch(processor, contexts, padding_side="left"), decoding, 1)
+    `vlrl.episodes.tokens`), left-padded and decoded in one batch.
+
+    With a `Session` (one per batch of episodes), `contexts` are its slots' (None for an empty slot, whose
+    completion is None too) and each slot's KV cache is kept for the next call, where its context only grows."""
+    if session is None:
+        return _complete(model, processor, prompts.token_batch(processor, contexts, padding_side="left"), decoding, 1)
+    out = session.decode(model, processor, contexts, decoding)
+    done = _completions(processor.tokenizer, out, decoding)
+    return [c if context is not None else None for c, context in zip(done, contexts)]
 
 
 def _complete(model, processor, inputs, decoding: Decoding, draws: int) -> list[Completion]:
@@ -101,7 +110,10 @@ def _complete(model, processor, inputs, decoding: Decoding, draws: int) -> list[
         input_ids, rest = base._expand_inputs_for_generation(expand_size=draws, input_ids=inputs.pop("input_ids"),
                                                              **inputs)
         inputs = {"input_ids": input_ids, **rest}
-    out = decode(model, inputs, decoding)
+    return _completions(tokenizer, decode(model, inputs, decoding), decoding)
+
+
+def _completions(tokenizer, out: Decoded, decoding: Decoding) -> list[Completion]:
     stops = set(decoding.stop_ids)
     return [Completion(text=tokenizer.decode([t for t in ids if t not in stops], skip_special_tokens=True), ids=ids,
                        finish_reason=reason, prompt_tokens=int(n),

@@ -114,38 +114,91 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
         `Decoded`: each row's tokens cut after its stop token, why it ended, its context length, and with
         `record_logps` each token's log-probability.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    input_ids = inputs["input_ids"]
+    rows = input_ids.shape[0]
+    static = decoding.static and (input_ids.device.type == "cuda" or STATIC_ON_CPU)
+    decoded, _ = run(model, decoding, lambda base: prefill(base, inputs, decoding, static=static), rows=rows)
+    return decoded
+
+
+@dataclass
+class Prefilled:
+    """A batch's state once its contexts are in the KV cache, as the decoding steps take it: the cache, the last
+    context position's logits, each row's last position id, which cache slots each row attends to (`attend`: rows x
+    slots, True for the slots of the completion too, a static cache's; or the 2-D mask of a dynamic one), the slot of
+    the first new token, the contexts' ids (left-padded: the thinking budget looks for an open block in them), their
+    real lengths, and rows that only pad the batch (stopped from the start)."""
+
+    cache: object
+    logits: torch.Tensor
+    positions: torch.Tensor
+    attend: torch.Tensor
+    start: int
+    prompt_ids: torch.Tensor
+    prompt_tokens: list[int]
+    padding_rows: list[int] = field(default_factory=list)
+    stats: dict = field(default_factory=dict)
+
+
+def prefill(base, inputs: dict, decoding: Decoding, *, static: bool, cache=None) -> Prefilled:
+    """The contexts of `inputs` (left-padded, on the model's device) through one forward into a new KV cache (a
+    static one of `cache_length`'s length with `static`), or into `cache` (a static cache of the right length and
+    rows, emptied first: `vlrl.engine.session` keeps one across calls); rows added up to `decoding.rows` pad a static
+    batch to its compiled shape."""
     inputs = dict(inputs)
     input_ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
     rows, width = input_ids.shape
-    cuda = input_ids.device.type == "cuda"
-    static = decoding.static and (cuda or STATIC_ON_CPU)
     length = cache_length(width, decoding.max_new_tokens, bucket=decoding.cache_bucket,
                           least=decoding.min_cache_length) if static else 0
+    padding_rows = []
     if static and decoding.rows > rows:
+        padding_rows = list(range(rows, decoding.rows))
         input_ids, mask, inputs = _pad_rows(input_ids, mask, inputs, decoding.rows - rows, decoding.pad_id)
-    chooser = TokenChooser(input_ids, stop_ids=decoding.stop_ids, suppress_ids=decoding.suppress_ids,
-                           pad_id=decoding.pad_id, temperature=decoding.temperature, budget=decoding.budget,
-                           record_logps=decoding.record_logps)
-    tokens = torch.full((input_ids.shape[0], decoding.max_new_tokens), decoding.pad_id, dtype=torch.long,
-                        device=input_ids.device)
     full_mask = torch.ones(input_ids.shape[0], width + decoding.max_new_tokens, dtype=mask.dtype, device=mask.device)
     full_mask[:, :width] = mask
+    if cache is None or not length or cache.layers[0].max_cache_len != length:
+        cache = _new_cache(base, length)
+    else:
+        cache.reset()
+    positions = base._prepare_position_ids_for_generation(input_ids, {"attention_mask": mask, **inputs})
+    step_inputs = base.prepare_inputs_for_generation(
+        input_ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
+        is_first_iteration=True, logits_to_keep=1, **inputs)
+    with recording(base) if static and not decoding.synced else contextlib.nullcontext():
+        logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
+    attend = full_mask
+    if length and _masks_own(base):
+        attend = torch.ones(input_ids.shape[0], length, dtype=torch.bool, device=mask.device)
+        attend[:, :full_mask.shape[1]] = full_mask.bool()
+    return Prefilled(cache=cache, logits=logits, positions=positions[..., -1:], attend=attend, start=width,
+                     prompt_ids=input_ids, prompt_tokens=mask[:rows].sum(dim=1).tolist(), padding_rows=padding_rows,
+                     stats={"cache_length": length, "prefilled": int(mask.sum())})
+
+
+def run(model, decoding: Decoding, prefill_with, *, rows: int) -> tuple[Decoded, Prefilled]:
+    """Decodes a batch: `prefill_with(base)` (a `Prefilled`) runs under the decode's modes, then one token per step
+    for every row until each has stopped or the budget is spent. Returns the first `rows` rows' `Decoded` and the
+    batch's state after the last step (its cache holds every fed token)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    device = next(base.parameters()).device
+    cuda = device.type == "cuda"
+    static = decoding.static and (cuda or STATIC_ON_CPU)
     was_training = model.training
     model.eval()
     steps = fused_groups = 0
     try:
         with torch.no_grad(), _decode_mode(base, static, cuda, decoding.synced):
-            cache = _new_cache(base, length)
+            state = prefill_with(base)
+            chooser = TokenChooser(state.prompt_ids, stop_ids=decoding.stop_ids, suppress_ids=decoding.suppress_ids,
+                                   pad_id=decoding.pad_id, temperature=decoding.temperature, budget=decoding.budget,
+                                   record_logps=decoding.record_logps)
+            chooser.stopped[state.padding_rows] = True  # rows that pad the batch decode nothing and wait for no stop
+            tokens = torch.full((state.prompt_ids.shape[0], decoding.max_new_tokens), decoding.pad_id,
+                                dtype=torch.long, device=device)
             forward = _compiled_forward(base) if static and cuda else base.__call__
-            positions = base._prepare_position_ids_for_generation(input_ids, {"attention_mask": mask, **inputs})
-            step_inputs = base.prepare_inputs_for_generation(
-                input_ids, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
-                is_first_iteration=True, logits_to_keep=1, **inputs)
+            step_mask = _step_mask(state.attend, static=bool(state.stats["cache_length"]))
+            logits, positions, cache = state.logits, state.positions, state.cache
             grouping = static and not decoding.synced  # FSDP's flat parameters are not regrouped
-            with recording(base) if grouping else contextlib.nullcontext():
-                logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
-            own_mask = _own_mask(base, length, full_mask)
             with fused(base) if grouping else contextlib.nullcontext(0) as fused_groups:
                 for step in range(decoding.max_new_tokens):
                     token = chooser(logits)
@@ -155,34 +208,38 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
                                                             _all_stopped(chooser.stopped, decoding.synced)):
                         break
                     positions = positions[..., -1:] + 1
-                    # the new token sits at slot width + step: it sees the real context and every token before it
-                    step_mask = own_mask(width + step) if own_mask else full_mask[:, :width + steps]
+                    # the new token sits at slot start + step: it sees its context and every token before it
                     step_inputs = base.prepare_inputs_for_generation(
-                        token.unsqueeze(1), past_key_values=cache, attention_mask=step_mask, position_ids=positions,
-                        use_cache=True, is_first_iteration=False, logits_to_keep=1)
+                        token.unsqueeze(1), past_key_values=cache, attention_mask=step_mask(state.start + step),
+                        position_ids=positions, use_cache=True, is_first_iteration=False, logits_to_keep=1)
                     if static and cuda:
                         torch.compiler.cudagraph_mark_step_begin()
                     logits = forward(**step_inputs, return_dict=True).logits[:, -1]
+            state.tokens, state.steps = tokens, steps
     finally:
         model.train(was_training)
-    return _collect(tokens[:rows, :steps], mask[:rows], chooser, decoding,
-                    {"steps": steps, "cache_length": length, "compiled": static and cuda, "rows": input_ids.shape[0],
-                     "fused_groups": fused_groups})
+    stats = {"steps": steps, "compiled": static and cuda, "rows": state.prompt_ids.shape[0],
+             "fused_groups": fused_groups, **state.stats}
+    return _collect(tokens[:rows, :steps], state.prompt_tokens[:rows], chooser, decoding, stats), state
 
 
-def _own_mask(base, length: int, full_mask: torch.Tensor):
-    """For a static cache under SDPA, a function of the new token's slot giving the 4-D boolean mask transformers
-    would build (True: attend), made on the device without a look at its values: transformers' own
-    (`create_masks_for_generate`) asks whether any position is padding, a host sync every step. None otherwise."""
+def _masks_own(base) -> bool:
+    """Whether the decoding steps' masks are made here (`_step_mask`): the model attends through SDPA or the grouped
+    decoding attention, which take a 4-D boolean mask over the static cache's slots."""
     from vlrl.engine.attention import NAME
 
-    if not length or getattr(base.config.get_text_config(), "_attn_implementation", None) not in ("sdpa", NAME):
-        return None
-    rows, known = full_mask.shape  # the context and the completion budget, of the cache's `length` slots
-    padding = torch.ones(rows, length, dtype=torch.bool, device=full_mask.device)
-    padding[:, :known] = full_mask.bool()
-    slots = torch.arange(length, device=full_mask.device)
-    return lambda slot: (padding & (slots <= slot))[:, None, None, :]
+    return getattr(base.config.get_text_config(), "_attn_implementation", None) in ("sdpa", NAME)
+
+
+def _step_mask(attend: torch.Tensor, *, static: bool):
+    """A function of the new token's slot giving the mask its decoding step takes. Over a static cache whose masks
+    are made here (`attend` covers its slots): the 4-D boolean mask transformers would build (True: attend), made
+    on the device without a look at its values (transformers' own, `create_masks_for_generate`, asks whether any
+    position is padding: a host sync every step). Otherwise the 2-D mask up to the new token."""
+    if not static or attend.dtype != torch.bool:
+        return lambda slot: attend[:, :slot + 1]
+    slots = torch.arange(attend.shape[1], device=attend.device)
+    return lambda slot: (attend & (slots <= slot))[:, None, None, :]
 
 
 def _pad_rows(input_ids, mask, inputs: dict, extra: int, pad_id: int):
@@ -198,7 +255,7 @@ def _pad_rows(input_ids, mask, inputs: dict, extra: int, pad_id: int):
     return input_ids, mask, inputs
 
 
-def _collect(tokens: torch.Tensor, mask: torch.Tensor, chooser: TokenChooser, decoding: Decoding,
+def _collect(tokens: torch.Tensor, prompt_tokens: list[int], chooser: TokenChooser, decoding: Decoding,
              stats: dict) -> Decoded:
     stops = set(decoding.stop_ids)
     cut, stopped = [], []
@@ -207,7 +264,7 @@ def _collect(tokens: torch.Tensor, mask: torch.Tensor, chooser: TokenChooser, de
         cut.append(row if end is None else row[:end + 1])
         stopped.append(end is not None)
     logps = chooser.logps_of([len(c) for c in cut]) if decoding.record_logps else None
-    return Decoded(tokens=cut, stopped=stopped, prompt_tokens=mask.sum(dim=1).tolist(), logps=logps, stats=stats)
+    return Decoded(tokens=cut, stopped=stopped, prompt_tokens=prompt_tokens, logps=logps, stats=stats)
 
 
 def _new_cache(base, length: int):

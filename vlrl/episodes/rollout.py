@@ -124,12 +124,15 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
         log: optional callable for a one-line summary.
     """
     started = time.time()
-    episodes = _play_batch(model, processor, make_env, list(seeds), settings, slots=batch_size)
+    session = engine.Session(min(batch_size or len(seeds), len(seeds)) or 1)
+    episodes = _play_batch(model, processor, make_env, list(seeds), settings, session)
     if log is not None and episodes:
         s = summary(episodes)
+        kept = f", {session.reused:,} of {session.reused + session.prefilled:,} context tokens read from the kept " \
+               f"cache" if session.reused else ""
         log(f"episodes: {s['episodes']} in {time.time() - started:.1f} s; success {s['success_rate']:.0%}, mean "
             f"return {s['return_mean']:.2f}, {s['invalid_actions']} invalid actions, {s['truncated']} truncated, "
-            f"{s['failed']} failed, {s['dropped_images']} images dropped")
+            f"{s['failed']} failed, {s['dropped_images']} images dropped{kept}")
     return episodes
 
 
@@ -148,29 +151,31 @@ def summary(episodes: list[Episode]) -> dict:
 
 # --- one batch of episodes -----------------------------------------------------------------------------------------
 
-def _play_batch(model, processor, make_env, seeds, settings: Settings, *, slots: int = 0) -> list[Episode]:
-    """Every seed's episode, at most `slots` of them (0: all) decoded together each turn: when an episode ends, the
-    next seed's episode starts in its slot and joins the next turn's batch."""
+def _play_batch(model, processor, make_env, seeds, settings: Settings, session) -> list[Episode]:
+    """Every seed's episode, as many decoded together each turn as `session` (an `engine.Session`) has slots: when an
+    episode ends, the next seed's episode starts in its slot and joins the next turn's batch; each slot's KV cache is
+    kept from turn to turn while its context only grows."""
     if not seeds:
         return []
-    slots = min(slots or len(seeds), len(seeds))
+    slots = session.rows
     decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
                                    temperature=settings.temperature, static=settings.fast_generation,
                                    record_logps=settings.record_logps)
     decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=slots)
     episodes = [Episode(seed=int(seed)) for seed in seeds]
     envs = [None] * len(seeds)
-    waiting, live = iter(range(len(seeds))), []
+    waiting, held = iter(range(len(seeds))), [None] * slots  # each slot's episode (its index), None when empty
     try:
         while True:
-            while len(live) < slots and (i := next(waiting, None)) is not None:  # free slots take the next seeds
-                envs[i] = _start(episodes[i], make_env, settings)
-                if not episodes[i].ended:
-                    live.append(i)
-            if not live:
+            for slot in range(slots):  # free slots take the next seeds
+                while held[slot] is None and (i := next(waiting, None)) is not None:
+                    envs[i] = _start(episodes[i], make_env, settings)
+                    held[slot] = i if not episodes[i].ended else None
+            if all(i is None for i in held):
                 break
-            _turn(model, processor, decoding, [episodes[i] for i in live], [envs[i] for i in live], settings)
-            live = [i for i in live if not episodes[i].ended]
+            _turn(model, processor, decoding, session, [episodes[i] if i is not None else None for i in held],
+                  [envs[i] if i is not None else None for i in held], settings)
+            held = [i if i is not None and not episodes[i].ended else None for i in held]
     finally:
         for episode, env in zip(episodes, envs):
             if not episode.ended:  # an interrupt: close what is open, keep nothing half-played
@@ -194,20 +199,21 @@ def _start(episode: Episode, make_env, settings: Settings):
     return env
 
 
-def _turn(model, processor, decoding, episodes: list[Episode], envs: list, settings: Settings) -> None:
-    """One turn of the live episodes: their contexts built and measured, those whose next turn would not fit
-    `max_seq_length` ended as truncated, the rest decoded together and stepped."""
-    contexts = [episode.context(settings, processor) for episode in episodes]
-    fits = []
+def _turn(model, processor, decoding, session, episodes: list, envs: list, settings: Settings) -> None:
+    """One turn of the live episodes (one a slot of `session`, None for an empty slot): their contexts built and
+    measured, those whose next turn would not fit `max_seq_length` ended as truncated, the rest decoded together and
+    stepped."""
+    contexts = [episode.context(settings, processor) if episode is not None else None for episode in episodes]
     for k, context in enumerate(contexts):
-        if len(context.ids) + settings.max_new_tokens > settings.max_seq_length:
+        if context is not None and len(context.ids) + settings.max_new_tokens > settings.max_seq_length:
             _end(episodes[k], envs[k], "truncated")  # never cut: the episode stops before the overflow
-        else:
-            fits.append(k)
-    if not fits:
+            contexts[k] = None
+    if all(context is None for context in contexts):
         return
-    replies = engine.complete_tokenized(model, processor, [contexts[k] for k in fits], decoding)
-    for k, reply in zip(fits, replies):
+    replies = engine.complete_tokenized(model, processor, contexts, decoding, session=session)
+    for k, reply in enumerate(replies):
+        if reply is None:
+            continue
         if reply.logps is not None:
             episodes[k].reply_logps.append(reply.logps)
         episodes[k].contexts.append(contexts[k])
