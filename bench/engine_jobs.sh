@@ -30,8 +30,8 @@
 #   s44: the 8B Crafter preset's step through the core (two steps of 8 episodes, 4 at once; rollout_time logged)
 #   s45: the decoding attention at long contexts (bench/gpu_decode_attention.py), then the 2B and 8B Crafter presets'
 #        steps after the merged turn scoring
-#   s46: the 8B adapter's read-back gap, then the 2B Crafter step with every turn prefilled whole and with the kept
-#        cache (vlrl.engine.session), then the 8B Crafter step with the kept cache
+#   s46: the 2B Crafter step with the kept cache (vlrl.engine.session) and with every turn prefilled whole, the 8B
+#        adapter's read-back gap, then the 8B Crafter step with the kept cache
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
@@ -260,13 +260,13 @@ plan_s45() {  # after the merged turn scoring (vlrl.episodes.scoring) and the Cr
   crafter_8b_step c8b-merged
 }
 
-plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): the 8B adapter's read-back gap
-  # (bench/gpu_reload_gap.py, after its probes left gemlite's kernels), then the 2B Crafter preset's step with every turn
-  # prefilled whole (as before) and with the kept cache, one after the other; then the 8B Crafter preset's step
+plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): the 2B Crafter preset's step with the
+  # kept cache and with every turn prefilled whole (as before), one after the other; the 8B adapter's read-back gap
+  # (bench/gpu_reload_gap.py, after its probes left gemlite's kernels); then the 8B Crafter preset's step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  timeout 420 python3 bench/gpu_reload_gap.py --out $RESULTS/reload > $RESULTS/reload.log 2>&1
-  VLRL_WHOLE_PREFILL=1 crafter_2b_step c2b-whole
   crafter_2b_step c2b-session
+  VLRL_WHOLE_PREFILL=1 crafter_2b_step c2b-whole
+  timeout 420 python3 bench/gpu_reload_gap.py --out $RESULTS/reload > $RESULTS/reload.log 2>&1
   crafter_8b_step c8b-session
 }
 
