@@ -80,6 +80,12 @@ class Decoded:
         return ["stop" if s else "length" for s in self.stopped]
 
 
+def static_on(device: torch.device, decoding: Decoding) -> bool:
+    """Whether `decoding` takes the static path on `device`: a static cache (compiled on CUDA; eager on a CPU only
+    where `STATIC_ON_CPU` says so, for the tests)."""
+    return decoding.static and (device.type == "cuda" or STATIC_ON_CPU)
+
+
 def cache_length(longest_context: int, max_new_tokens: int, *, bucket: int = CACHE_BUCKET, least: int = 0) -> int:
     """The static KV cache's length for a batch: its longest context plus the completion budget (at least `least`),
     rounded up to a multiple of `bucket`, so batches of nearby lengths share one compiled decoding graph, and no
@@ -115,9 +121,9 @@ def decode(model, inputs: dict, decoding: Decoding) -> Decoded:
         `record_logps` each token's log-probability.
     """
     input_ids = inputs["input_ids"]
-    rows = input_ids.shape[0]
-    static = decoding.static and (input_ids.device.type == "cuda" or STATIC_ON_CPU)
-    decoded, _ = run(model, decoding, lambda base: prefill(base, inputs, decoding, static=static), rows=rows)
+    static = static_on(input_ids.device, decoding)
+    decoded, _ = run(model, decoding, lambda base: prefill(base, inputs, decoding, static=static),
+                     rows=input_ids.shape[0])
     return decoded
 
 
@@ -167,7 +173,7 @@ def prefill(base, inputs: dict, decoding: Decoding, *, static: bool, cache=None)
     with recording(base) if static and not decoding.synced else contextlib.nullcontext():
         logits = base(**step_inputs, return_dict=True).logits[:, -1]  # the prefill: eager, its shape varies
     attend = full_mask
-    if length and _masks_own(base):
+    if length and masks_own(base):
         attend = torch.ones(input_ids.shape[0], length, dtype=torch.bool, device=mask.device)
         attend[:, :full_mask.shape[1]] = full_mask.bool()
     return Prefilled(cache=cache, logits=logits, positions=positions[..., -1:], attend=attend, start=width,
@@ -182,7 +188,7 @@ def run(model, decoding: Decoding, prefill_with, *, rows: int) -> tuple[Decoded,
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     device = next(base.parameters()).device
     cuda = device.type == "cuda"
-    static = decoding.static and (cuda or STATIC_ON_CPU)
+    static = static_on(device, decoding)
     was_training = model.training
     model.eval()
     steps = fused_groups = 0
@@ -223,7 +229,7 @@ def run(model, decoding: Decoding, prefill_with, *, rows: int) -> tuple[Decoded,
     return _collect(tokens[:rows, :steps], state.prompt_tokens[:rows], chooser, decoding, stats), state
 
 
-def _masks_own(base) -> bool:
+def masks_own(base) -> bool:
     """Whether the decoding steps' masks are made here (`_step_mask`): the model attends through SDPA or the grouped
     decoding attention, which take a 4-D boolean mask over the static cache's slots."""
     from vlrl.engine.attention import NAME

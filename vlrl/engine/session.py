@@ -16,7 +16,7 @@ slot in the batch), and a call in which every row's context extends what its slo
 - otherwise (an episode new to its slot, an image dropped, a cache that would outgrow the length a whole prefill
   needs) the call prefills every row anew into the same cache (`loop.prefill`).
 
-Only for a static cache of full-attention layers whose masks the engine makes (`loop._masks_own`); a model with
+Only for a static cache of full-attention layers whose masks the engine makes (`loop.masks_own`); a model with
 linear-attention layers (Qwen3.5's Gated DeltaNet) carries a recurrent state that skipped slots would corrupt, so
 its calls always prefill anew.
 """
@@ -28,7 +28,17 @@ from dataclasses import replace
 import torch
 
 from vlrl import prompts
-from vlrl.engine.loop import Decoded, Decoding, Prefilled, _masks_own, cache_length, decode, prefill, run
+from vlrl.engine.loop import (
+    Decoded,
+    Decoding,
+    Prefilled,
+    cache_length,
+    decode,
+    masks_own,
+    prefill,
+    run,
+    static_on,
+)
 
 
 class Session:
@@ -48,7 +58,7 @@ class Session:
         if len(contexts) != self.rows or not any(c is not None for c in contexts):
             raise ValueError(f"a session of {self.rows} slots takes {self.rows} contexts, at least one of them")
         device = next(model.parameters()).device
-        if not (decoding.static and (device.type == "cuda" or _static_on_cpu())):
+        if not static_on(device, decoding):
             return _live_only(model, processor, contexts, decoding, device)  # a dynamic cache: nothing to keep
         decoding = replace(decoding, rows=self.rows)
         kept, why = self._extension(contexts, decoding)
@@ -122,12 +132,6 @@ class Session:
         self.fed = [[] for _ in range(self.rows)]
 
 
-def _static_on_cpu() -> bool:
-    from vlrl.engine import loop
-
-    return loop.STATIC_ON_CPU
-
-
 def _length(contexts, decoding: Decoding) -> int:
     """The cache length a whole prefill of `contexts` takes (`loop.prefill`'s)."""
     longest = max(len(c.ids) for c in contexts if c is not None)
@@ -182,7 +186,7 @@ def _reusable(model, state: Prefilled) -> bool:
     from transformers.cache_utils import StaticLayer
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return _masks_own(base) and all(type(layer) is StaticLayer for layer in state.cache.layers)
+    return masks_own(base) and all(type(layer) is StaticLayer for layer in state.cache.layers)
 
 
 def _extend(base, processor, state: Prefilled, contexts, kept: list[int], taken: list[tuple[int, int]],
