@@ -5,6 +5,7 @@ The cache lives in $VLRL_CACHE (default: .cache/vlrl inside the repository, so C
 Nothing here touches a model hub.
 """
 
+import json
 import os
 import shutil
 import tempfile
@@ -14,6 +15,11 @@ import pytest
 
 CACHE = os.environ.setdefault("VLRL_CACHE", str(Path(__file__).resolve().parent.parent / ".cache" / "vlrl"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fails at once instead of hanging
+# Before torch is imported: its CPU tensors of 2 MB and more on transparent huge pages, so allocating one (the tiny
+# model's logits over Qwen's 151,936-token vocabulary are ~200 MB a step) faults in 2 MB pages instead of 4 kB ones:
+# a tiny `vlrl run` on one core spent 10.1 s in the kernel and 6.3-7.5 s with it (wall 38.9 -> 33.4 s, 41.3 ->
+# 38.6 s). Subprocesses (notebook kernels, `accelerate launch`) inherit it.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 if "PYTEST_XDIST_WORKER_COUNT" in os.environ:  # before torch is imported: pytest-xdist's workers share the cores
     # (`make test-fast` on the 2-core machine: 138 s in one process, 116 s in two workers of two threads each, 96 s
     # in two of one thread each: threads waiting for a core another worker holds only burn it)
@@ -28,23 +34,60 @@ for variable in ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL"):
 TINY_WARM = {"warm_start_steps": 150, "image_size": 64}  # what the tiny preset uses: one cached model for all tests
 # what builds the model cache, once a session (qwen35_base: tests/test_qwen35.py's random tiny Qwen3.5s, seconds each)
 CACHE_FIXTURES = {"tiny_base_dir", "tiny_dir", "tiny_processor", "qwen35_base"}
+# each long test's seconds (setup and call) on the 2-core development machine: `make test PYTEST_ARGS=--durations=60`,
+# the tests over 4 s; a test missing here counts as quick (0 s) and runs after them
+DURATIONS = Path(__file__).with_name("durations.json")
 RUN_FIXTURES = {"walkthrough", "tiny_run"}  # fixtures that build a full run: a test using one (even through another) is slow
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
 def pytest_collection_modifyitems(config, items):
     """A test that needs a full tiny run is in the slow set whatever its own marks say, so that `-m "not slow"`
-    (`make test-fast`) never builds a run.
-
-    The order is for pytest-xdist's work stealing (`make test`: `--dist worksteal`), which gives each worker a
-    consecutive share of the list and lets an idle one take the second half of the longest queue left: the run's
-    readers come first, so the first worker makes the run (`walkthrough`) and reads it while the others work through
-    their shares instead of waiting for it; then the rest of the slow set, then the quick tests, so what is stolen
-    near the end is short and the workers finish together."""
-    readers = {item for item in items if RUN_FIXTURES & set(getattr(item, "fixturenames", ()))}
-    for item in readers:
+    (`make test-fast`) never builds a run. The order of what is left is `Order`'s."""
+    for item in _readers(items):
         item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: (item not in readers, not item.get_closest_marker("slow")))  # stable within each
+
+
+def _readers(items) -> list:
+    return [item for item in items if RUN_FIXTURES & set(getattr(item, "fixturenames", ()))]
+
+
+class Order:
+    """The tests' order for pytest-xdist's work stealing (`make test`: `--dist worksteal`), which gives worker k the
+    k-th of equal consecutive shares of the list and lets an idle worker take the second half of the longest queue
+    left. Each share starts with its part of the long tests (their seconds: `DURATIONS`), longest first, dealt to the
+    share with the least so far (the longest-first rule); the run's readers lead the first share together (its
+    worker makes the run, `walkthrough`, and reads it; another would wait for it); the quick tests then fill the
+    shares in file order, and what is stolen near the end is short, so the workers finish together."""
+
+    @pytest.hookimpl(trylast=True)  # after `-m` deselects: the shares are of what runs
+    def pytest_collection_modifyitems(self, config, items):
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        readers = _readers(items)
+        units = [(sum(seconds.get(item.nodeid, 0) for item in readers), readers)] if readers else []
+        units += sorted(((seconds[item.nodeid], [item]) for item in items
+                         if item not in readers and seconds.get(item.nodeid)), key=lambda unit: -unit[0])
+        taken = {id(item) for _, unit in units for item in unit}
+        quick = [item for item in items if id(item) not in taken]
+        shares, load = [[] for _ in range(workers)], [0.0] * workers
+        for total, unit in units:  # the readers first: the first share's head
+            k = load.index(min(load))
+            shares[k] += unit
+            load[k] += total
+        sizes, left = [], len(items)
+        for k in range(workers):  # pytest-xdist's first split: each idle worker takes left // workers_remaining
+            sizes.append(left // (workers - k))
+            left -= sizes[-1]
+        for k, share in enumerate(shares):
+            room = max(0, sizes[k] - len(share))
+            share += quick[:room]
+            del quick[:room]
+        items[:] = [item for share in shares for item in share] + quick
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Order(), "vlrl-test-order")
 
 
 BUILT: list[str] = []  # the model-cache entries this process built, in order
