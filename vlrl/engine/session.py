@@ -89,7 +89,8 @@ class Session:
 
     def _extension(self, contexts, decoding: Decoding) -> tuple[list[int] | None, str]:
         """Each slot's count of cached tokens its new context starts with, if every row extends its slot's cache and
-        the extended cache stays within the length a whole prefill would take; else None and why a whole prefill:
+        the extended cache stays within the length a whole prefill would take (the cache is lengthened to it here,
+        in place, when it is shorter); else None and why a whole prefill:
         "first" (nothing cached), "new context" (a slot's context does not extend its cache: a new episode, an
         image dropped) or "full" (skipped slots would take the cache past a whole prefill's length)."""
         state = self.state
