@@ -7,8 +7,9 @@
 
 It owns: the stop tokens (`stop_ids`), the tokens never produced (image and video placeholders), the thinking
 budget, the static KV cache sized to the batch's real contexts (`loop.cache_length`), compiled decoding on a GPU
-(`loop`), the exact draw at a temperature and each drawn token's log-probability (`sampling`), and the packed
-decode-friendly weights of a 4-bit base (`weights`).
+(`loop`), the exact draw at a temperature and each drawn token's log-probability (`sampling`), the packed
+decode-friendly weights of a 4-bit base (`weights`), and a batch of episodes' KV cache kept from turn to turn while
+their contexts only grow (`session`: `complete_tokenized(..., session=Session(slots))`).
 """
 
 from __future__ import annotations
