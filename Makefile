@@ -38,8 +38,9 @@ test-deps: install
 	bash rewards/install.sh                          # the calculator's Pyodide runtime (npm, pinned)
 
 # The tests run in pytest-xdist workers, one a logical core and at most 4 (each holds torch and a tiny model,
-# ~2 GB), an idle worker taking tests queued for a busy one (worksteal: the tests take 0.01 s to 3 min each, so
-# shares fixed in advance end apart). `make test TEST_WORKERS=0` runs them in one process (for -x, --pdb, or
+# ~2 GB), an idle worker taking tests queued for a busy one (worksteal: the tests take 0.01 s to 80 s each, so
+# shares fixed in advance end apart; tests/conftest.py starts each share with its part of the long tests, longest
+# first, from tests/durations.json). `make test TEST_WORKERS=0` runs them in one process (for -x, --pdb, or
 # prints to read in order).
 TEST_WORKERS ?= logical
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist worksteal
