@@ -201,6 +201,24 @@ class Tokenized:
         return torch.cat(self.grids) if self.grids else None
 
 
+def extends(earlier: Tokenized, reply, context: Tokenized, *, same_pictures: bool = False) -> bool:
+    """Whether `context` starts with the `earlier` context and its `reply`, token for token, and its pictures' tensors
+    start with the earlier context's: equal ones, or with `same_pictures` the very same `pixel_values` pieces (as an
+    episode's contexts share them from turn to turn: no values compared); the grids equal either way.
+
+    >>> a = Tokenized([1, 2]); extends(a, [3], Tokenized([1, 2, 3, 4])), extends(a, [3], Tokenized([1, 2, 5, 4]))
+    (True, False)
+    """
+    import torch
+
+    n = len(earlier.ids)
+    if context.ids[:n + len(reply)] != earlier.ids + list(reply) or len(context.pixels) < len(earlier.pixels):
+        return False
+    same = (lambda a, b: a is b) if same_pictures else (lambda a, b: a is b or torch.equal(a, b))
+    return (all(same(a, b) for a, b in zip(earlier.pixels, context.pixels))
+            and all(a is b or torch.equal(a, b) for a, b in zip(earlier.grids, context.grids)))
+
+
 def token_batch(processor, contexts: list[Tokenized], *, padding_side: str) -> dict:
     """The tensors `batch_inputs` would give for contexts already tokenized: ids and attention mask padded on
     `padding_side`, `mm_token_type_ids` (1 on image tokens, 2 on video tokens), the images' tensors concatenated in

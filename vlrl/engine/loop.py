@@ -64,6 +64,10 @@ class Decoding:
     rows: int = 0
     synced: bool = False
 
+    def cache_for(self, longest_context: int) -> int:
+        """The static cache length for contexts of at most `longest_context` tokens (`cache_length`)."""
+        return cache_length(longest_context, self.max_new_tokens, bucket=self.cache_bucket, least=self.min_cache_length)
+
 
 @dataclass
 class Decoded:
@@ -144,6 +148,13 @@ class Prefilled:
     prompt_tokens: list[int]
     padding_rows: list[int] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
+    tokens: torch.Tensor | None = None  # after `run`: every row's drawn tokens
+    steps: int = 0  # after `run`: the decoding steps taken
+
+    @property
+    def written(self) -> int:
+        """The cache slots written after `run`: the contexts' and every drawn token but the last (never fed)."""
+        return self.start + self.steps - 1
 
 
 def prefill(base, inputs: dict, decoding: Decoding, *, static: bool, cache=None) -> Prefilled:
@@ -154,8 +165,7 @@ def prefill(base, inputs: dict, decoding: Decoding, *, static: bool, cache=None)
     inputs = dict(inputs)
     input_ids, mask = inputs.pop("input_ids"), inputs.pop("attention_mask")
     rows, width = input_ids.shape
-    length = cache_length(width, decoding.max_new_tokens, bucket=decoding.cache_bucket,
-                          least=decoding.min_cache_length) if static else 0
+    length = decoding.cache_for(width) if static else 0
     padding_rows = []
     if static and decoding.rows > rows:
         padding_rows = list(range(rows, decoding.rows))

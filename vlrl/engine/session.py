@@ -28,17 +28,7 @@ from dataclasses import replace
 import torch
 
 from vlrl import prompts
-from vlrl.engine.loop import (
-    Decoded,
-    Decoding,
-    Prefilled,
-    cache_length,
-    decode,
-    masks_own,
-    prefill,
-    run,
-    static_on,
-)
+from vlrl.engine.loop import Decoded, Decoding, Prefilled, decode, masks_own, prefill, run, static_on
 
 
 class Session:
@@ -112,9 +102,8 @@ class Session:
                 return None, "new context"  # nothing new (no logits to start from), or a vision token out of place
             kept.append(n + agree)
         new = max(len(c.ids) - k for c, k in zip(contexts, kept) if c is not None)
-        used = state.start + state.steps - 1  # the last drawn token was never fed
         length = _length(contexts, decoding)
-        if used + new + decoding.max_new_tokens > length:
+        if state.written + new + decoding.max_new_tokens > length:
             return None, "full"  # a whole prefill packs the rows again
         if length > state.stats["cache_length"]:
             _grow(state, length)
@@ -135,9 +124,7 @@ class Session:
 
 def _length(contexts, decoding: Decoding) -> int:
     """The cache length a whole prefill of `contexts` takes (`loop.prefill`'s)."""
-    longest = max(len(c.ids) for c in contexts if c is not None)
-    return cache_length(longest, decoding.max_new_tokens, bucket=decoding.cache_bucket,
-                        least=decoding.min_cache_length)
+    return decoding.cache_for(max(len(c.ids) for c in contexts if c is not None))
 
 
 def _grow(state: Prefilled, length: int) -> None:
@@ -176,10 +163,8 @@ def _filled(contexts, pad: int) -> list[prompts.Tokenized]:
 
 
 def _extends(taken: prompts.Tokenized, context: prompts.Tokenized) -> bool:
-    """Whether `context` starts with `taken`: its ids, and its pictures the very same tensors."""
-    n = len(taken.ids)
-    return (len(context.ids) > n and context.ids[:n] == taken.ids and len(context.pixels) >= len(taken.pixels)
-            and all(a is b for a, b in zip(context.pixels, taken.pixels)))
+    """Whether `context` is longer than `taken` and starts with it: its ids, and its pictures the very same tensors."""
+    return len(context.ids) > len(taken.ids) and prompts.extends(taken, [], context, same_pictures=True)
 
 
 def _reusable(model, state: Prefilled) -> bool:
@@ -196,8 +181,7 @@ def _extend(base, processor, state: Prefilled, contexts, kept: list[int], taken:
     `kept`: each slot's cached tokens its context starts with; `taken`: the ids and picture pieces of the context the
     slot last took."""
     device = state.logits.device
-    rows, slots = len(contexts), state.attend.shape[1]
-    used = state.start + state.steps - 1  # the last drawn token was never fed
+    rows, slots, used = len(contexts), state.attend.shape[1], state.written
     live = [r for r, c in enumerate(contexts) if c is not None]
     lengths = [len(c.ids) - k if c is not None else 0 for c, k in zip(contexts, kept)]
     new = max(lengths)

@@ -19,23 +19,9 @@ from __future__ import annotations
 
 import torch
 
-from vlrl.prompts import MASKED_LOGIT, Tokenized, mask_tokens, token_batch
+from vlrl.prompts import MASKED_LOGIT, Tokenized, extends, mask_tokens, token_batch
 
 VOCAB_CHUNK = 8192  # output-layer rows per chunk (TRL's own for its chunked log-probs)
-
-
-def extends(earlier: Tokenized, reply: list[int], context: Tokenized) -> bool:
-    """Whether `context` starts with the `earlier` context and its `reply`, token for token, and its pictures start
-    with the earlier context's.
-
-    >>> a = Tokenized([1, 2]); extends(a, [3], Tokenized([1, 2, 3, 4])), extends(a, [3], Tokenized([1, 2, 5, 4]))
-    (True, False)
-    """
-    n = len(earlier.ids)
-    if context.ids[:n + len(reply)] != earlier.ids + list(reply) or len(context.pixels) < len(earlier.pixels):
-        return False
-    ours = context.pixels[:len(earlier.pixels)] + context.grids[:len(earlier.grids)]
-    return all(a is b or torch.equal(a, b) for a, b in zip(earlier.pixels + earlier.grids, ours))  # shared pieces
 
 
 def segments(rows: list[dict]) -> list[list[dict]]:
