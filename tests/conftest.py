@@ -52,26 +52,58 @@ def _readers(items) -> list:
     return [item for item in items if RUN_FIXTURES & set(getattr(item, "fixturenames", ()))]
 
 
+def _units(items) -> list[list]:
+    """The items in groups that one worker runs back to back, in file order: a module- or class-scoped fixture is
+    set up once for the tests that use it only while they run one after another in one process (pytest tears it
+    down when the next test is elsewhere; a second setup in the same process can meet the first one's leftovers, as
+    the tracking tests' run in the session's one trackio store did)."""
+    unit_of: dict[tuple, list] = {}
+    units: list[list] = []
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        keys = [(item.nodeid.split("::")[0], name) for name, defs in (info.name2fixturedefs.items() if info else ())
+                if defs and defs[-1].scope in ("module", "class", "package")]
+        joined = [unit_of[key] for key in keys if key in unit_of]
+        unit = joined[0] if joined else []
+        if not joined:
+            units.append(unit)
+        for other in joined[1:]:  # two groups met through this item: one group
+            if other is not unit:
+                unit += other
+                units = [kept for kept in units if kept is not other]
+                for key, value in unit_of.items():
+                    if value is other:
+                        unit_of[key] = unit
+        unit.append(item)
+        for key in keys:
+            unit_of[key] = unit
+    return units
+
+
 class Order:
     """The tests' order for pytest-xdist's work stealing (`make test`: `--dist worksteal`), which gives worker k the
     k-th of equal consecutive shares of the list and lets an idle worker take the second half of the longest queue
-    left. Each share starts with its part of the long tests (their seconds: `DURATIONS`), longest first, dealt to the
-    share with the least so far (the longest-first rule); the run's readers lead the first share together (its
-    worker makes the run, `walkthrough`, and reads it; another would wait for it); the quick tests then fill the
-    shares in file order, and what is stolen near the end is short, so the workers finish together."""
+    left. The tests go in units (`_units`: those sharing a module-scoped fixture stay together, in file order). Each
+    share starts with its part of the long units (their seconds: `DURATIONS`), longest first, dealt to the share with
+    the least so far (the longest-first rule); the run's readers lead the first share together (its worker makes the
+    run, `walkthrough`, and reads it; another would wait for it); the quick units then fill the shares in file
+    order, and what is stolen near the end is short, so the workers finish together."""
 
     @pytest.hookimpl(trylast=True)  # after `-m` deselects: the shares are of what runs
     def pytest_collection_modifyitems(self, config, items):
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
         seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-        readers = _readers(items)
-        units = [(sum(seconds.get(item.nodeid, 0) for item in readers), readers)] if readers else []
-        units += sorted(((seconds[item.nodeid], [item]) for item in items
-                         if item not in readers and seconds.get(item.nodeid)), key=lambda unit: -unit[0])
-        taken = {id(item) for _, unit in units for item in unit}
-        quick = [item for item in items if id(item) not in taken]
+        readers = {id(item) for item in _readers(items)}
+        position = {id(item): k for k, item in enumerate(items)}
+        units = [sorted(unit, key=lambda item: position[id(item)]) for unit in _units(items)]
+        head = [item for unit in units if any(id(item) in readers for item in unit) for item in unit]
+        timed = [(sum(seconds.get(item.nodeid, 0) for item in unit), unit) for unit in units
+                 if not any(id(item) in readers for item in unit)]
+        long = ([(sum(seconds.get(item.nodeid, 0) for item in head), head)] if head else []) + sorted(
+            ((total, unit) for total, unit in timed if total), key=lambda pair: -pair[0])
+        quick = [unit for total, unit in timed if not total]
         shares, load = [[] for _ in range(workers)], [0.0] * workers
-        for total, unit in units:  # the readers first: the first share's head
+        for total, unit in long:  # the readers first: the first share's head
             k = load.index(min(load))
             shares[k] += unit
             load[k] += total
@@ -80,10 +112,9 @@ class Order:
             sizes.append(left // (workers - k))
             left -= sizes[-1]
         for k, share in enumerate(shares):
-            room = max(0, sizes[k] - len(share))
-            share += quick[:room]
-            del quick[:room]
-        items[:] = [item for share in shares for item in share] + quick
+            while quick and len(share) < sizes[k]:
+                share += quick.pop(0)
+        items[:] = [item for share in shares for item in share] + [item for unit in quick for item in unit]
 
 
 def pytest_configure(config):

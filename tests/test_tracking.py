@@ -19,7 +19,8 @@ METRICS = ("loss", "reward", "rewards/format_reward/mean", "rewards/correctness_
 def tracked(tiny_dir, tmp_path_factory) -> tuple[Path, list[dict]]:
     """Two GSPO steps reported to both tools at once (one run for both tests: the steps cost far more than the
     reading); returns the run directory and train_log.jsonl's per-step records."""
-    run_dir = tmp_path_factory.mktemp("tracking") / "tracked-run"
+    made = tmp_path_factory.mktemp("tracking")  # a name of its own: a second setup in this process is a second run
+    run_dir = made / f"run-{made.name}"
     config = cfg.preset("tiny")
     for key, value in {"max_steps": 2, "save_steps": 100, "max_completion_length": 24,
                        "report_to": ["tensorboard", "trackio"]}.items():
@@ -52,9 +53,9 @@ def test_trackio_store_holds_every_logged_step(tracked):
     from trackio import Api
     from trackio.sqlite_storage import SQLiteStorage
 
-    _, logged = tracked
-    assert [run.name for run in Api().runs("vlrl")] == ["tracked-run"]  # project vlrl, run named after its directory
-    rows = [r for r in SQLiteStorage.get_logs("vlrl", "tracked-run") if "train/reward" in r]
+    run_dir, logged = tracked
+    assert run_dir.name in [run.name for run in Api().runs("vlrl")]  # project vlrl, run named after its directory
+    rows = [r for r in SQLiteStorage.get_logs("vlrl", run_dir.name) if "train/reward" in r]
     assert [r["train/global_step"] for r in rows] == [1, 2]
     for name in METRICS:
         assert [r[f"train/{name}"] for r in rows] == [pytest.approx(r[name]) for r in logged], name

@@ -79,4 +79,4 @@ if __name__ == "__main__":
     (out / f"rank{distributed.rank()}.json").write_text(json.dumps(seen))
     if len(sys.argv) > 4:
         sys.exit(main(["train", "--run-dir", sys.argv[4], "--resume"]))  # main leaves the process group
-    distributed.end()
+    distributed.end(exit_code=0)

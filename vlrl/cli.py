@@ -404,9 +404,21 @@ def _one_process_only(command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlrl.errors import VlrlError
+    from vlrl.distributed import end
 
     args = parser().parse_args(argv)
+    try:
+        code = _handle(args)
+    except BaseException:
+        end()  # the process group left; the traceback is printed on the way out
+        raise
+    end(exit_code=code)  # under accelerate launch: the process leaves its group and exits here
+    return code
+
+
+def _handle(args) -> int:
+    from vlrl.errors import VlrlError
+
     try:
         _one_process_only(args.command)
         return HANDLERS[args.handler](args)
@@ -420,11 +432,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vlrl {args.command}: interrupted; what was written stays (records, checkpoints): run the same command "
               "again to continue.", file=sys.stderr)
         return 130
-    finally:
-        from vlrl.distributed import end
-
-        end()  # under accelerate launch: the process group is left here, not at the interpreter's exit
-
 
 if __name__ == "__main__":
     sys.exit(main())
