@@ -40,8 +40,8 @@ test-deps: install
 # The tests run in pytest-xdist workers, one a logical core and at most 4 (each holds torch and a tiny model,
 # ~2 GB), an idle worker taking tests queued for a busy one (worksteal: the tests take 0.01 s to 80 s each, so
 # shares fixed in advance end apart; tests/conftest.py starts each share with its part of the long tests, longest
-# first, from tests/durations.json). `make test TEST_WORKERS=0` runs them in one process (for -x, --pdb, or
-# prints to read in order).
+# first, from tests/durations.json, and keeps the tests of one module-scoped fixture together). `make test
+# TEST_WORKERS=0` runs them in one process (for -x, --pdb, or prints to read in order).
 TEST_WORKERS ?= logical
 PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses 4 --dist worksteal
 
