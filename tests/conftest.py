@@ -63,17 +63,16 @@ def _units(items) -> list[list]:
         info = getattr(item, "_fixtureinfo", None)
         keys = [(item.nodeid.split("::")[0], name) for name, defs in (info.name2fixturedefs.items() if info else ())
                 if defs and defs[-1].scope in ("module", "class", "package")]
-        joined = [unit_of[key] for key in keys if key in unit_of]
+        joined = list({id(unit_of[key]): unit_of[key] for key in keys if key in unit_of}.values())
         unit = joined[0] if joined else []
         if not joined:
             units.append(unit)
         for other in joined[1:]:  # two groups met through this item: one group
-            if other is not unit:
-                unit += other
-                units = [kept for kept in units if kept is not other]
-                for key, value in unit_of.items():
-                    if value is other:
-                        unit_of[key] = unit
+            unit += other
+            units = [kept for kept in units if kept is not other]
+            for key, value in unit_of.items():
+                if value is other:
+                    unit_of[key] = unit
         unit.append(item)
         for key in keys:
             unit_of[key] = unit

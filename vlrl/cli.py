@@ -433,5 +433,6 @@ def _handle(args) -> int:
               "again to continue.", file=sys.stderr)
         return 130
 
+
 if __name__ == "__main__":
     sys.exit(main())
