@@ -95,9 +95,10 @@ class Order:
         readers = {id(item) for item in _readers(items)}
         position = {id(item): k for k, item in enumerate(items)}
         units = [sorted(unit, key=lambda item: position[id(item)]) for unit in _units(items)]
-        head = [item for unit in units if any(id(item) in readers for item in unit) for item in unit]
-        timed = [(sum(seconds.get(item.nodeid, 0) for item in unit), unit) for unit in units
-                 if not any(id(item) in readers for item in unit)]
+        led = [any(id(item) in readers for item in unit) for unit in units]  # units holding a reader
+        head = [item for unit, reads in zip(units, led) if reads for item in unit]
+        timed = [(sum(seconds.get(item.nodeid, 0) for item in unit), unit) for unit, reads in zip(units, led)
+                 if not reads]
         long = ([(sum(seconds.get(item.nodeid, 0) for item in head), head)] if head else []) + sorted(
             ((total, unit) for total, unit in timed if total), key=lambda pair: -pair[0])
         quick = [unit for total, unit in timed if not total]

@@ -123,9 +123,9 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
             seed's episode at the next turn, so the batch stays full while episodes of unequal lengths end.
         log: optional callable for a one-line summary.
     """
-    started = time.time()
+    started, seeds = time.time(), list(seeds)
     session = engine.Session(min(batch_size or len(seeds), len(seeds)) or 1)
-    episodes = _play_batch(model, processor, make_env, list(seeds), settings, session)
+    episodes = _play_batch(model, processor, make_env, seeds, settings, session)
     if log is not None and episodes:
         s = summary(episodes)
         kept = f", {session.reused:,} of {session.reused + session.prefilled:,} context tokens read from the kept " \
