@@ -38,7 +38,8 @@ import numpy as np
 from PIL import Image
 
 from data.make_mathvista_sample import write_hub_layout
-from vlrl import data, synthetic
+from vlrl import data
+from vlrl.base import synthetic
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NOTES = """
@@ -133,7 +134,7 @@ def main() -> None:
 
         from transformers import AutoProcessor
 
-        from vlrl.warmstart import ensure_tiny
+        from vlrl.training.warmstart import ensure_tiny
 
         processor = AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
         subset = ds.select(range(min(args.length_items, len(ds))))

@@ -1,4 +1,4 @@
-"""Eval throughput, batched vs one item at a time: `vlrl.evaluate.evaluate` on the tiny preset's held-out items.
+"""Eval throughput, batched vs one item at a time: `vlrl.evaluation.evaluate.evaluate` on the tiny preset's held-out items.
 
     VLRL_CACHE=/work/cache python bench/bench_eval.py                # batch 16 vs 1, 3 repeats, 32 items
     python bench/bench_eval.py --batch-sizes 16 4 1 --repeats 2
@@ -37,7 +37,10 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, data, evaluate, prompts, run
+    from vlrl import data, run
+    from vlrl.config import runfile as config
+    from vlrl.evaluation import evaluate
+    from vlrl.model import prompts
 
     conf = config.preset("tiny")
     policy, processor = run.load_policy(conf, log=lambda *_: None)  # as `vlrl run` evaluates it
@@ -70,7 +73,7 @@ def main() -> None:
     unbatched = min(args.batch_sizes)
     reference = completions[unbatched]
     result = {
-        "what": "vlrl.evaluate.evaluate throughput on the tiny preset's held-out items (greedy)",
+        "what": "vlrl.evaluation.evaluate.evaluate throughput on the tiny preset's held-out items (greedy)",
         "command": " ".join(["VLRL_CACHE=/work/cache python bench/bench_eval.py", *sys.argv[1:]]),
         "items": len(rows), "max_new_tokens": max_new_tokens, "repeats": args.repeats,
         "median_items_per_s": {str(b): round(v, 3) for b, v in median.items()},

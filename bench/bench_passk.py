@@ -36,7 +36,9 @@ def main() -> None:
 
     import torch
 
-    from vlrl import config, evaluate, passk, run
+    from vlrl import run
+    from vlrl.config import runfile as config
+    from vlrl.evaluation import evaluate, passk
 
     conf = config.preset("tiny")
     policy, processor = run.load_policy(conf, log=lambda *_: None)  # as `vlrl run` evaluates it
@@ -62,7 +64,7 @@ def main() -> None:
                 print(runs[-1], flush=True)
     median = {name: statistics.median(r["seconds"] for r in runs if r["setting"] == name) for name in settings}
     result = {
-        "what": f"vlrl.evaluate.evaluate: greedy vs {k} draws per item on the tiny preset's held-out items",
+        "what": f"vlrl.evaluation.evaluate.evaluate: greedy vs {k} draws per item on the tiny preset's held-out items",
         "command": " ".join(["VLRL_CACHE=/work/cache python bench/bench_passk.py", *sys.argv[1:]]),
         "items": len(rows), "max_new_tokens": conf.eval.max_new_tokens, "repeats": args.repeats, "samples": k,
         "median_seconds": median, "ratio_to_greedy": {n: round(v / median["greedy"], 2) for n, v in median.items()},

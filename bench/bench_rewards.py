@@ -26,8 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vlrl import rewards
-from vlrl import symbolic as symbolic_module  # after the path insert: bench this checkout
+from vlrl.grammar import rewards
+from vlrl.grammar import symbolic as symbolic_module  # after the path insert: bench this checkout
 
 WORDS = ("the bar for", "is taller than", "so the value is", "reading the axis", "gives", "which means",
          "the angle", "measures", "the area of the rectangle", "equals", "we count", "circles", "in total",

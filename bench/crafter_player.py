@@ -19,10 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_io import write_results
 
-from vlrl.answers import FORMAT
 from vlrl.envs.achievements import ACHIEVEMENTS, crafter_report
 from vlrl.envs.crafter import ACTIONS, CrafterEnv
 from vlrl.envs.crafter_player import CrafterPlayer
+from vlrl.grammar.answers import FORMAT
 
 SETTINGS = {"size": 64, "area": 32, "max_actions": 4, "max_turns": 10}  # crafter-learns.toml's [env]
 NOISE = 0.2  # vlrl.envs.crafter_player's default: the warm start's teacher as the run uses it

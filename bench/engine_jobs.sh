@@ -58,7 +58,7 @@ plan_first() {
 }
 
 tiny_agreement() {
-  TINY=$(python3 -c "from vlrl.warmstart import ensure_tiny; print(ensure_tiny(warm_start_steps=150, image_size=64))" \
+  TINY=$(python3 -c "from vlrl.training.warmstart import ensure_tiny; print(ensure_tiny(warm_start_steps=150, image_size=64))" \
     2>/dev/null | tail -1)
   python3 bench/gpu_engine_decode.py --tiny "$TINY" --paths --out $RESULTS > $RESULTS/agreement.log 2>&1
 }

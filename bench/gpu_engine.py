@@ -6,7 +6,7 @@ Paths (each loads the model afresh; the checkpoint is built once):
 - `trl`: what a user of the seed recipe gets from TRL itself: transformers + PEFT + bitsandbytes 4-bit, TRL's own
   `GRPOTrainer` with the recipe's TRL defaults (per_device_train_batch_size 8 x gradient_accumulation_steps 4: TRL
   decodes all 32 completions of a step at once, eager, with a dynamic cache).
-- `vlrl`: vlrl's trainer (`vlrl.train.build_trainer`): the engine's compiled static-cache rollouts on the NF4 base,
+- `vlrl`: vlrl's trainer (`vlrl.training.train.build_trainer`): the engine's compiled static-cache rollouts on the NF4 base,
   `--generation-batch` completions at once, `--micro-batch` per training forward, 32 completions per optimizer step.
 - `vlrl-FORMAT` (e.g. `vlrl-int8`): the same with the frozen base packed once at load for decoding
   (`vlrl.engine.weights.pack_for_decoding(model, FORMAT)`).
@@ -41,7 +41,8 @@ def say(text: str) -> None:
 
 
 def dataset(count: int):
-    from vlrl import prompts, synthetic
+    from vlrl.base import synthetic
+    from vlrl.model import prompts
 
     return prompts.to_dataset(synthetic.generate(count, seed=3, image_size=512))
 
@@ -49,7 +50,7 @@ def dataset(count: int):
 def load(path: Path, fmt: str | None, four_bit: bool = True):
     import torch
 
-    from vlrl.model import LoraSettings, load_model
+    from vlrl.model.loading import LoraSettings, load_model
 
     policy, processor = load_model(str(path), load_in_4bit=four_bit, max_seq_length=2048,
                                    lora=LoraSettings(r=16, alpha=16), backend="transformers")
@@ -66,8 +67,8 @@ def plain_trl_trainer(args, policy, processor, data, out: Path):
     """TRL's GRPOTrainer as a user of the seed recipe builds it: vlrl's rewards and recipe values, TRL's defaults."""
     from trl import GRPOTrainer
 
-    from vlrl import rewards
-    from vlrl.recipe import gspo_config
+    from vlrl.config.recipe import gspo_config
+    from vlrl.grammar import rewards
 
     config = gspo_config(output_dir=str(out), per_device_train_batch_size=8, gradient_accumulation_steps=4,
                          num_generations=4, max_completion_length=args.completion, max_steps=args.steps + args.warmup,
@@ -77,8 +78,8 @@ def plain_trl_trainer(args, policy, processor, data, out: Path):
 
 
 def vlrl_trainer(args, policy, processor, data, out: Path):
-    from vlrl import config as cfg
-    from vlrl import train
+    from vlrl.config import runfile as cfg
+    from vlrl.training import train
 
     config = cfg.preset("tiny")
     t = config.training

@@ -30,7 +30,8 @@ from gpu_gspo import SHAPES, build_checkpoint, copy_bandwidth, weight_bytes
 
 
 def contexts(processor, count: int, size: int):
-    from vlrl import prompts, synthetic
+    from vlrl.base import synthetic
+    from vlrl.model import prompts
 
     rows = [prompts.to_prompt(i) for i in synthetic.generate(count, seed=7, image_size=size)]
     texts = [processor.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False) for r in rows]
@@ -43,7 +44,7 @@ def tiny_agreement(path: str) -> dict:
     import torch
 
     from vlrl import engine
-    from vlrl.model import load_model
+    from vlrl.model.loading import load_model
 
     policy, processor = load_model(path, backend="transformers")
     policy = policy.to("cuda")
@@ -178,7 +179,7 @@ def main() -> None:
     import torch
 
     from vlrl.engine import fusion
-    from vlrl.model import LoraSettings, load_model
+    from vlrl.model.loading import LoraSettings, load_model
 
     p = argparse.ArgumentParser()
     p.add_argument("--tiny", help="a warm-started tiny model directory: the agreement check")

@@ -52,8 +52,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
 
-    from vlrl import config as cfg
     from vlrl import run as stages
+    from vlrl.config import runfile as cfg
     from vlrl.episodes.rollout import settings_for
     from vlrl.run_episodes import environment
 

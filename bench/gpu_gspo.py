@@ -62,7 +62,7 @@ SHAPES.update(QWEN35_SHAPES)
 def qwen35_config(size: str):
     from transformers import Qwen3_5Config
 
-    from vlrl.tiny import QWEN35_IDS
+    from vlrl.model.tiny import QWEN35_IDS
 
     shape = QWEN35_SHAPES[size]
     text = dict(vocab_size=248320, head_dim=256, max_position_embeddings=262144, rms_norm_eps=1e-6,
@@ -94,7 +94,7 @@ def build_checkpoint(size: str, root: Path) -> Path:
     import torch
     from transformers import Qwen3_5ForConditionalGeneration, Qwen3VLForConditionalGeneration
 
-    from vlrl.tiny import build_processor
+    from vlrl.model.tiny import build_processor
 
     qwen35 = size in QWEN35_SHAPES
     path = root / (f"{size}-random" if qwen35 else f"qwen3-vl-{size}-random")
@@ -147,7 +147,7 @@ def weight_bytes(model) -> int:
 
 
 def load(size: str, backend: str, path: Path):
-    from vlrl.model import LoraSettings, load_model
+    from vlrl.model.loading import LoraSettings, load_model
 
     lora = LoraSettings(r=16, alpha=16)
     if backend == "unsloth4":
@@ -204,8 +204,10 @@ def step_clock(timer: Timer, steps: list, report=None):
 def bench_train(args, model, processor, bandwidth: float, correction: str = "off") -> dict:
     import torch
 
-    from vlrl import config as cfg
-    from vlrl import prompts, synthetic, train
+    from vlrl.base import synthetic
+    from vlrl.config import runfile as cfg
+    from vlrl.model import prompts
+    from vlrl.training import train
 
     config = cfg.preset("tiny")
     config.training.importance_sampling_correction = correction
@@ -233,7 +235,7 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
     cut = [r["thinking/cut_rate"] for r in trainer.state.log_history if "thinking/cut_rate" in r]
     mismatch = [{k: r[k] for k in r if k.startswith("sampling/")} for r in trainer.state.log_history
-                if "sampling/rollout_train_kl" in r]  # per optimizer step (vlrl.mismatch.METRICS)
+                if "sampling/rollout_train_kl" in r]  # per optimizer step (vlrl.training.mismatch.METRICS)
     after_warmup = steps[args.warmup:] or steps
     median = lambda xs: sorted(xs)[len(xs) // 2]
     gen = median([s.get("generation_s", 0.0) for s in after_warmup])

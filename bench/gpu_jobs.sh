@@ -39,7 +39,7 @@ pids=()
 for job in "$@"; do
   case "$job" in
     tiny-gpu)
-      ( python3 -c "from vlrl.warmstart import ensure_tiny; ensure_tiny(warm_start_steps=150, image_size=64)" > /dev/null 2>&1
+      ( python3 -c "from vlrl.training.warmstart import ensure_tiny; ensure_tiny(warm_start_steps=150, image_size=64)" > /dev/null 2>&1
         timeout ${JOB_TIMEOUT:-300} python3 -m vlrl train --preset tiny-gpu --run-dir /tmp/tiny-gpu > /tmp/results/tiny-gpu.log 2>&1
         echo "== tiny-gpu rc=$?"; clean_log /tmp/results/tiny-gpu.log 4
         cp /tmp/tiny-gpu/train_log.jsonl /tmp/results/tiny-gpu_train_log.jsonl 2>/dev/null

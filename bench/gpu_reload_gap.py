@@ -28,7 +28,7 @@ def measure(checkpoint: str, fmt: str) -> dict:
     from vlrl import engine
     from vlrl.export.adapter import check_reload
     from vlrl.export.probe import logits_gap, probe_inputs, probe_logits
-    from vlrl.model import LoraSettings, load_model
+    from vlrl.model.loading import LoraSettings, load_model
 
     policy, processor = load_model(checkpoint, load_in_4bit=True, max_seq_length=2048,
                                    lora=LoraSettings(r=16, alpha=16), backend="transformers")

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from results_io import write_results
 
 from data.mathvista_official import edit_distance, official_prediction
-from vlrl import answers
+from vlrl.grammar import answers
 
 META = ("question_type", "choices", "precision", "unit", "answer_type")
 # Not model runs: a guess baseline and the leaderboard's template (a copy of the frequent guess).

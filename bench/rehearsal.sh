@@ -40,7 +40,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForImageTextToText
 
-from vlrl.model import bnb_4bit_config
+from vlrl.model.loading import bnb_4bit_config
 
 src, dst = Path("/tmp/ckpt/qwen3-vl-8b-random"), Path("/tmp/ckpt/qwen3-vl-8b-random-bnb4")
 model = AutoModelForImageTextToText.from_pretrained(

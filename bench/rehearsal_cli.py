@@ -35,10 +35,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from vlrl import rewards
 from vlrl import run as run_stages
 from vlrl.cli import main
 from vlrl.envs import ENVIRONMENTS
+from vlrl.grammar import rewards
 
 
 def _text(completion) -> str:
@@ -119,8 +119,9 @@ class StageClock:
 
 def skip_evals() -> None:
     """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
-    from vlrl import compare, report
+    from vlrl import report
     from vlrl import run_episodes as episode_stages
+    from vlrl.evaluation import compare
 
     def skipped(*args, **kwargs):
         print("eval: skipped (VLRL_SKIP_EVALS=1)")

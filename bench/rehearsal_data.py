@@ -38,7 +38,7 @@ def annotations(path: Path = ANNOTATIONS) -> list[dict]:
 
 def draw(job: tuple[str, int, int, int]) -> str:
     """A bar chart drawn at (width, height), saved as JPEG: what a chart picture costs to read and encode."""
-    from vlrl import synthetic
+    from vlrl.base import synthetic
 
     path, width, height, seed = job
     rng = random.Random(seed)

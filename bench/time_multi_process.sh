@@ -9,7 +9,7 @@
 set -euo pipefail
 OUT=${1:-$(mktemp -d)}
 export OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1
-CONFIG=$(python -c 'from vlrl.distributed import accelerate_config; print(accelerate_config("ddp"))')
+CONFIG=$(python -c 'from vlrl.base.distributed import accelerate_config; print(accelerate_config("ddp"))')
 steps() {
   python - "$1" <<'PY'
 import json, sys

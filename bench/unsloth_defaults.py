@@ -3,7 +3,7 @@ that vlrl's recipe means the same under both.
 
 It needs no model: it imports unsloth (which replaces `trl.GRPOConfig` with its `UnslothGRPOConfig`), then
 
-1. reads the default of every field in `vlrl.config.BACKEND_DEFAULTS` from both classes' signatures and compares
+1. reads the default of every field in `vlrl.config.runfile.BACKEND_DEFAULTS` from both classes' signatures and compares
    them with the table (Unsloth's None sentinels included),
 2. shows the defaults Unsloth changes for a given loss (dr_grpo -> scale_rewards "none"; grpo -> beta 0.001),
 3. builds `gspo_config()` for each recipe with both classes and checks that every value vlrl sets survives Unsloth.
@@ -25,7 +25,7 @@ from pathlib import Path
 import unsloth  # noqa: F401  (before trl: it replaces trl.GRPOConfig)
 import trl
 
-from vlrl import recipe as gspo
+from vlrl.config import recipe as gspo
 
 
 def signature_default(cls, field):

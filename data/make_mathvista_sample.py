@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vlrl import synthetic
+from vlrl.base import synthetic
 
 OUT = Path(__file__).resolve().parent / "mathvista_sample"
 SEED = 2024

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from vlrl import synthetic
+from vlrl.base import synthetic
 
 OUT = Path(__file__).resolve().parent / "virl39k_sample"
 SEED = 39

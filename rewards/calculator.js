@@ -5,7 +5,8 @@
 const FIELDS = ["completion", "answer", "question_type", "choices", "precision", "unit", "answer_type"];
 // Preloaded in parallel: rewards.py, answers.py and the modules answers.py imports (values.py reads numbers,
 // choices.py reads multi-choice options); any other vlrl module is fetched on demand by calculator.py.
-const VLRL_MODULES = ["__init__", "values", "choices", "answers", "rewards"];
+const VLRL_MODULES = ["__init__", "base/__init__", "base/errors", "grammar/__init__", "grammar/values",
+  "grammar/choices", "grammar/answers", "grammar/rewards"];
 
 const I18N = {
   en: {
@@ -55,7 +56,7 @@ const I18N = {
     stale_title: "Recomputed now: {now} (stored: {stored}). The rules changed since this eval, or the record lacks " +
       "its MathVista fields.",
     open_title: "Open this completion in the calculator", correct: "correct", wrong: "wrong", truncated: "cut off",
-    footer: "Computed by vlrl/answers.py and vlrl/rewards.py running in this page; nothing leaves this machine.",
+    footer: "Computed by vlrl/grammar/answers.py and vlrl/grammar/rewards.py running in this page; nothing leaves this machine.",
     load_time: "Loaded in {seconds} s",
   },
   zh: {
@@ -100,12 +101,12 @@ const I18N = {
     stored: "存储的奖励：", now: "现在重新计算：",
     stale_title: "现在重新计算：{now}（存储值：{stored}）。评测之后规则有变化，或记录缺少 MathVista 字段。",
     open_title: "在计算器中打开这条输出", correct: "正确", wrong: "错误", truncated: "被截断",
-    footer: "由本页面中运行的 vlrl/answers.py 和 vlrl/rewards.py 计算；数据不会离开本机。",
+    footer: "由本页面中运行的 vlrl/grammar/answers.py 和 vlrl/grammar/rewards.py 计算；数据不会离开本机。",
     load_time: "加载用时 {seconds} 秒",
   },
 };
 
-// The rules' one-line summaries come from the docstrings in vlrl/rewards.py; these are their translations. A
+// The rules' one-line summaries come from the docstrings in vlrl/grammar/rewards.py; these are their translations. A
 // docstring not listed here (the rule changed) is shown in English, marked as such.
 const RULES_ZH = {
   "+1 for exactly one REASONING block, +1 for exactly one SOLUTION block, -2 for `addCriterion` spam.":
@@ -381,7 +382,7 @@ async function startPython() {
     ...VLRL_MODULES.map((m) => fetchText(new URL(`../vlrl/${m}.py`, base))),
     fetchText(new URL("calculator.py", base)),
   ]);
-  python.FS.mkdirTree("/home/pyodide/vlrl");
+  ["vlrl/base", "vlrl/grammar"].forEach((dir) => python.FS.mkdirTree(`/home/pyodide/${dir}`));
   VLRL_MODULES.forEach((m, i) => python.FS.writeFile(`/home/pyodide/vlrl/${m}.py`, sources[i]));
   python.FS.writeFile("/home/pyodide/calculator.py", sources[VLRL_MODULES.length]);
   python.runPython("import sys; sys.path.insert(0, '/home/pyodide'); import calculator");

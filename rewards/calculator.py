@@ -21,33 +21,38 @@ from pathlib import Path
 
 
 class _FetchVlrlModule(importlib.abc.MetaPathFinder):
-    """In the browser: fetches a `vlrl.<name>` module the page did not preload from the server's /vlrl/<name>.py."""
+    """In the browser: fetches a `vlrl...` module the page did not preload from the server's /vlrl/ tree (a module
+    `vlrl/a/b.py`, or a package's `vlrl/a/__init__.py`)."""
 
     def find_spec(self, name, path=None, target=None):
-        if not name.startswith("vlrl.") or name.count(".") != 1:
+        if not name.startswith("vlrl."):
             return None
         from js import XMLHttpRequest  # Pyodide's bridge to the page; synchronous, once per module
 
-        request = XMLHttpRequest.new()
-        request.open("GET", f"../vlrl/{name.split('.')[1]}.py", False)
-        request.send(None)
-        if request.status != 200:
-            return None
+        parts = name.split(".")[1:]
         package_dir = Path(sys.modules["vlrl"].__file__).parent
-        (package_dir / f"{name.split('.')[1]}.py").write_text(request.responseText)
-        return importlib.machinery.PathFinder.find_spec(name, path)
+        for relative in ("/".join(parts) + ".py", "/".join(parts) + "/__init__.py"):
+            request = XMLHttpRequest.new()
+            request.open("GET", f"../vlrl/{relative}", False)
+            request.send(None)
+            if request.status == 200:
+                (package_dir / relative).parent.mkdir(parents=True, exist_ok=True)
+                (package_dir / relative).write_text(request.responseText)
+                return importlib.machinery.PathFinder.find_spec(name, path)
+        return None
 
 
 if sys.platform == "emscripten":
     sys.meta_path.append(_FetchVlrlModule())
 
-from vlrl import answers, rewards  # after the finder, which fetches any other vlrl module these import
+from vlrl import rewards  # after the finder, which fetches any other vlrl module these import
+from vlrl.grammar import answers
 
 META_FIELDS = rewards.META_COLUMNS  # the item's scoring columns: what the rewards read, and what eval records keep
 
 
 def meta_from_fields(fields: dict) -> tuple[dict, list[list[str]]]:
-    """The keyword arguments `vlrl.rewards.correctness_parts` gets from the page's inputs, and any input problems.
+    """The keyword arguments `vlrl.grammar.rewards.correctness_parts` gets from the page's inputs, and any input problems.
 
     `choices` is a JSON list; `precision` is read as a JSON number (`2`, `2.0`), else passed on as typed.
     Problems are [message key, value] pairs the page translates.
@@ -88,7 +93,7 @@ def calculate(fields: dict) -> dict:
 
     Returns:
         {"format", "correctness", "total"}: the scores; "format_parts" / "correctness_parts": [name, repr] pairs
-        from vlrl.rewards; "details": how the match was read; "meta": what correctness got; "problems"; "rules".
+        from vlrl.grammar.rewards; "details": how the match was read; "meta": what correctness got; "problems"; "rules".
     """
     completion = fields.get("completion") or ""
     answer = fields.get("answer") or None  # an empty gold field is a missing gold answer: correctness skips it

@@ -125,11 +125,11 @@ BUILT: list[str] = []  # the model-cache entries this process built, in order
 
 
 def _record_builds() -> None:
-    """Every build of the model cache (a tiny model, a warm start) ends in `vlrl.tiny.replace_dir`; noted there, the
+    """Every build of the model cache (a tiny model, a warm start) ends in `vlrl.model.tiny.replace_dir`; noted there, the
     builds are this process's own: pytest-xdist's other workers fill the same cache meanwhile, so a listing of the
     cache before and after a test would blame it for theirs. (A build in a subprocess goes unseen: no test outside
     the slow set starts one that loads a model.)"""
-    from vlrl import tiny
+    from vlrl.model import tiny
 
     replace_dir = tiny.replace_dir
 
@@ -173,7 +173,7 @@ def pytest_runtest_call(item):
 def pytest_runtest_teardown(item):
     """A test that points $VLRL_CACHE elsewhere puts it back (monkeypatch.setenv): the tests after it in the same
     process (a pytest-xdist worker runs a share of them, in no fixed order) would otherwise rebuild every model there
-    (vlrl.cache's doctest did: minutes of `make test`). This conftest sees only tests/, so a doctest in vlrl/ that
+    (vlrl.base.cache's doctest did: minutes of `make test`). This conftest sees only tests/, so a doctest in vlrl/ that
     leaks it is caught at the next test's teardown."""
     result = yield
     if os.environ.get("VLRL_CACHE") != CACHE:
@@ -186,7 +186,7 @@ def pytest_runtest_teardown(item):
 @pytest.fixture(scope="session")
 def tiny_base_dir() -> Path:
     """The random tiny Qwen3-VL (no warm start)."""
-    from vlrl.warmstart import ensure_tiny
+    from vlrl.training.warmstart import ensure_tiny
 
     return ensure_tiny(warm_start_steps=0)
 
@@ -194,7 +194,7 @@ def tiny_base_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_dir() -> Path:
     """The warm-started tiny Qwen3-VL, as the tiny preset uses it."""
-    from vlrl.warmstart import ensure_tiny
+    from vlrl.training.warmstart import ensure_tiny
 
     return ensure_tiny(**TINY_WARM)
 
@@ -208,7 +208,7 @@ def tiny_processor(tiny_base_dir):
 
 @pytest.fixture
 def items():
-    from vlrl import synthetic
+    from vlrl.base import synthetic
 
     return synthetic.generate(24, seed=1, image_size=64)
 

@@ -1,4 +1,4 @@
-"""Regression tables for vlrl.answers, the one answer grammar (rewards/SPEC.md sections 1-9 and 11)."""
+"""Regression tables for vlrl.grammar.answers, the one answer grammar (rewards/SPEC.md sections 1-9 and 11)."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vlrl import answers, rewards
+from vlrl.grammar import answers, rewards
 
 R = "<REASONING>r</REASONING>"
 
@@ -357,7 +357,7 @@ def test_check_gold(gold, meta, expected_problem):
 
 
 def test_synthetic_golds_score_full_marks():
-    from vlrl import synthetic
+    from vlrl.base import synthetic
 
     items = synthetic.generate(60, seed=1, image_size=32)
     for item in items:

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
-from vlrl import config as cfg
-from vlrl import run, warmstart
+from vlrl import run
 from vlrl.cli import main
+from vlrl.config import runfile as cfg
+from vlrl.training import warmstart
 
 
 def _one_line_error(capsys, command: str) -> str:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from vlrl import config as cfg
-from vlrl import recipe as gspo
 from vlrl.cli import main
-from vlrl.rewards import REWARD_WEIGHTS
+from vlrl.config import recipe as gspo
+from vlrl.config import runfile as cfg
+from vlrl.grammar.rewards import REWARD_WEIGHTS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +59,7 @@ def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_
 
 
 def test_recipe_values_are_what_the_trainer_receives(tmp_path):
-    from vlrl.train import grpo_args
+    from vlrl.training.train import grpo_args
 
     tiny = cfg.preset("tiny")
     args = grpo_args(tiny, tmp_path)
@@ -81,7 +81,7 @@ def test_trackers_are_the_integrations_transformers_reports_to():
                                                 (["tensorboard", "trackio"], ["tensorboard", "trackio"]),
                                                 ("wandb", ["wandb"])])  # wandb is not installed: the run says so
 def test_report_to_passes_through_to_the_trainer(report_to, expected, tmp_path):
-    from vlrl.train import grpo_args
+    from vlrl.training.train import grpo_args
 
     (tmp_path / "run.toml").write_text(f"[training]\nreport_to = {json.dumps(report_to)}\n")
     config = cfg.load(tmp_path / "run.toml")  # validation names trackers only; it needs none installed
@@ -210,7 +210,7 @@ def test_qwen3_vl_presets_carry_the_recipe(size):
 
 
 def test_generation_batch_size_decodes_each_micro_batch_just_in_time(tmp_path):
-    from vlrl.train import grpo_args
+    from vlrl.training.train import grpo_args
 
     args = grpo_args(cfg.preset("qwen3-vl-8b-mathvista"), tmp_path)
     assert (args.generation_batch_size, args.steps_per_generation, args.gradient_accumulation_steps) == (16, 4, 8)
@@ -222,8 +222,8 @@ def test_generation_batch_size_decodes_each_micro_batch_just_in_time(tmp_path):
 def test_generation_batch_size_counts_each_process(tmp_path, monkeypatch):
     """Per process: under 2 processes TRL is given twice the preset's 16, so each GPU still decodes 16 at once
     (measured on 2 H200s: halving it per GPU would waste the second GPU on a per-step-bound decode)."""
-    from vlrl import distributed
-    from vlrl.train import grpo_args
+    from vlrl.base import distributed
+    from vlrl.training.train import grpo_args
 
     monkeypatch.setattr(distributed, "world_size", lambda: 2)
     args = grpo_args(cfg.preset("qwen3-vl-8b-mathvista"), tmp_path)
@@ -299,7 +299,7 @@ def test_batch_rule_counts_the_processes():
 
 
 def test_reward_set_is_chosen_in_the_run_file(tmp_path):
-    from vlrl import rewards
+    from vlrl.grammar import rewards
 
     config = cfg.preset("tiny", overrides=["training.reward=\"symbolic\""])
     assert config.training.reward == "symbolic"

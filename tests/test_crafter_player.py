@@ -3,9 +3,9 @@
 
 import pytest
 
-from vlrl import config as cfg
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as cfg
 from vlrl.envs.base import parse_actions
-from vlrl.errors import ConfigError
 
 pytest.importorskip("crafter")
 
@@ -50,10 +50,10 @@ def test_noise_draws_other_actions_and_is_seeded():
 
 
 def test_the_scripted_warm_start_is_the_players_turns_in_rollout_contexts():
+    from vlrl.config.sections import ENV_SEEDS
     from vlrl.episodes.context import to_processor
     from vlrl.episodes.rollout import settings_for
     from vlrl.episodes.warm import items
-    from vlrl.sections import ENV_SEEDS
 
     c = cfg.from_dict({"model": {"warm_start_steps": 5, "warm_start_player": "scripted"},
                        "env": {"name": "crafter", "options": {"size": 64, "area": 32}, "max_turns": 4,

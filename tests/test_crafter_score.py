@@ -11,7 +11,7 @@ import pytest
 
 from vlrl import cli
 from vlrl.envs.achievements import ACHIEVEMENTS, PAPER_RANDOM_SCORE, crafter_report, paired_report, score
-from vlrl.episodes import compare as ecompare
+from vlrl.evaluation import episode_compare as ecompare
 from vlrl.report.episodes import crafter_table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,9 +15,12 @@ import pytest
 from PIL import Image
 
 from data.make_mathvista_sample import write_hub_layout  # the sample's script: the root is on the path
-from vlrl import answers, data, prompts, synthetic
-from vlrl.config import DataConfig
+from vlrl import data
+from vlrl.base import synthetic
+from vlrl.config.runfile import DataConfig
 from vlrl.data import SAMPLE_DIR, DataError, DataReport
+from vlrl.grammar import answers
+from vlrl.model import prompts
 
 SAMPLE = json.loads((SAMPLE_DIR / "testmini.json").read_text())
 

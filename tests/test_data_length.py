@@ -10,8 +10,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from PIL import Image
 
-from vlrl import data, prompts, synthetic
+from vlrl import data
+from vlrl.base import synthetic
 from vlrl.cli import main
+from vlrl.model import prompts
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +103,8 @@ def test_cli_data_inspect(capsys, tmp_path, processor):
 
 
 def test_run_prepare_writes_the_data_report(tmp_path, processor):
-    from vlrl import config, run
+    from vlrl import run
+    from vlrl.config import runfile as config
 
     cfg = config.from_dict({
         "model": {"max_seq_length": 512},

@@ -18,9 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from vlrl import config as cfg
-from vlrl import distributed, run, sharded_eval
-from vlrl.errors import ConfigError
+from vlrl import run
+from vlrl.base import distributed
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as cfg
+from vlrl.evaluation import sharded_eval
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Dynamic sampling (`vlrl.dynamic_sampling`): which groups are flat, the seeded draws, which fresh group replaces
+"""Dynamic sampling (`vlrl.training.dynamic_sampling`): which groups are flat, the seeded draws, which fresh group replaces
 which, rows merged in TRL's batch form; then on the tiny model (slow) a single-turn step whose flat groups are drawn
 again, and an episode step's."""
 
@@ -8,9 +8,9 @@ import zlib
 import pytest
 import torch
 
-from vlrl import config as cfg
-from vlrl import dynamic_sampling as ds
-from vlrl.errors import ConfigError
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as cfg
+from vlrl.training import dynamic_sampling as ds
 
 
 def test_flat_groups_leave_unscored_rows_out():
@@ -75,7 +75,8 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     """Rollouts fixed per prompt (as tests/two_process_worker.py's canned answers): the step's first prompt gets one
     answer four times (a flat group), every other prompt four different answers. With dynamic sampling the flat group
     is replaced by a fresh one that differs; the logged rewards stay the first draw's."""
-    from vlrl import run, train
+    from vlrl import run
+    from vlrl.training import train
 
     config = cfg.preset("tiny", overrides=["training.max_steps=1", "training.dynamic_sampling=4",
                                            "training.per_device_train_batch_size=8",
@@ -117,8 +118,8 @@ def test_an_episode_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     """Grid episodes without shaping on a 3x3 grid in 2 turns: the goal is 4 moves away, so every episode fails and
     every group, drawn first or again, is flat. All 3 draws are made and counted (their cost), none replaces a group,
     and the step logs what stayed flat."""
-    from vlrl import run, train
-    from vlrl.episodes import trainer as episode_trainer
+    from vlrl import run
+    from vlrl.training import episode_trainer, train
 
     config = cfg.preset("grid-tiny", overrides=[
         "training.per_device_train_batch_size=8", "training.num_generations=4", "training.dynamic_sampling=3",

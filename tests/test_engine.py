@@ -9,9 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vlrl import engine, model, prompts, synthetic
+from vlrl import engine
+from vlrl.base import synthetic
 from vlrl.engine import loop
 from vlrl.engine.sampling import TokenChooser
+from vlrl.model import loading as model
+from vlrl.model import prompts
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +208,7 @@ def test_lora_layers_fed_one_input_decode_as_one_pair(tiny_dir, contexts, monkey
     gate/up as one pair (`vlrl.engine.fusion`): the same greedy tokens as layer by layer, and each grouped layer's
     own LoRA matrices untouched in the steps."""
     from vlrl.engine import fusion
-    from vlrl.model import LoraSettings, add_lora
+    from vlrl.model.loading import LoraSettings, add_lora
 
     monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
     tiny, processor = model.load_model(str(tiny_dir), backend="transformers")

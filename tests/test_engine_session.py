@@ -6,11 +6,12 @@ the new tokens are prefilled, and every context that does not extend its slot's 
 import pytest
 import torch
 
-from vlrl import config as cfg
-from vlrl import engine, prompts
+from vlrl import engine
+from vlrl.config import runfile as cfg
 from vlrl.engine import loop, session
 from vlrl.envs import make
 from vlrl.episodes import rollout
+from vlrl.model import prompts
 
 SETTINGS = {"max_turns": 5, "max_new_tokens": 24, "max_seq_length": 4096, "temperature": 0.0,
             "record_logps": True}
@@ -18,7 +19,7 @@ SETTINGS = {"max_turns": 5, "max_new_tokens": 24, "max_seq_length": 4096, "tempe
 
 @pytest.fixture(scope="module")
 def policy(tiny_dir):
-    from vlrl import model
+    from vlrl.model import loading as model
 
     base, processor = model.load_model(str(tiny_dir), backend="transformers")
     return model.add_lora(base, model.LoraSettings(r=8, alpha=16)), processor

@@ -151,7 +151,7 @@ def tiny_4bit_lora(tiny_base_dir):
     """The tiny Qwen3-VL with NF4 layers (language model and vision tower), under vlrl's LoRA with nonzero adapters."""
     from transformers import AutoModelForImageTextToText
 
-    from vlrl.model import LoraSettings, add_lora
+    from vlrl.model.loading import LoraSettings, add_lora
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_base_dir, dtype=torch.bfloat16)
     quantize_linears(model)

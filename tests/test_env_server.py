@@ -10,11 +10,11 @@ import urllib.request
 
 import pytest
 
+from vlrl.base.errors import EnvError
 from vlrl.envs import ENVIRONMENTS, Env, Observation, Step, make, parse_actions
 from vlrl.envs.base import check_options
 from vlrl.envs.remote import RemoteEnv
 from vlrl.envs.server import make_server
-from vlrl.errors import EnvError
 
 
 class CountEnv(Env):
@@ -219,7 +219,7 @@ def test_a_server_that_is_down_or_refuses_is_named(served):
 
 def test_bad_server_options_fail_before_listening(monkeypatch):
     monkeypatch.setitem(ENVIRONMENTS, "count", f"{__name__}:CountEnv")
-    from vlrl.errors import ConfigError
+    from vlrl.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match="has no option 'speed'"):
         make_server("count", {"speed": 2}, port=0)

@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("crafter")
 
+from vlrl.base.errors import ConfigError, MissingExtra
 from vlrl.envs import crafter as crafter_env
 from vlrl.envs import make
-from vlrl.errors import ConfigError, MissingExtra
 
 SMALL = {"size": 64, "area": 16}
 # seed 1 of a 16-cell world: a tree 2 right and 3 down of the player; walking there and hitting it collects wood

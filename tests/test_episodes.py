@@ -10,12 +10,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vlrl import config as cfg
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as cfg
 from vlrl.envs import Env, make
 from vlrl.envs.grid import GridEnv, shortest_path
-from vlrl.episodes import compare as ecompare
-from vlrl.episodes import context, scoring, trainer
-from vlrl.errors import ConfigError
+from vlrl.episodes import context, scoring
+from vlrl.evaluation import episode_compare as ecompare
+from vlrl.training import episode_trainer as trainer
 
 MOVE = "<REASONING>go</REASONING><SOLUTION>{}</SOLUTION>"
 
@@ -103,7 +104,7 @@ def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
 
 
 def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
-    from vlrl.prompts import Tokenized
+    from vlrl.model.prompts import Tokenized
 
     segments = [[{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}] for p, r in ((90, 10), (280, 20), (150, 50),
                                                                                       (800, 100))]
@@ -139,8 +140,8 @@ def _episode(seed, success, ret=None):
 
 def test_compare_of_episode_records_uses_mcnemar_and_the_paired_permutation(tmp_path):
     from vlrl import cli
-    from vlrl.compare import compare, summary
-    from vlrl.stats import mcnemar_exact, paired_permutation
+    from vlrl.base.stats import mcnemar_exact, paired_permutation
+    from vlrl.evaluation.compare import compare, summary
 
     before = [_episode(i, i < 3) for i in range(20)]
     after = [_episode(i, i < 12 and i != 1) for i in range(20)]
@@ -168,7 +169,7 @@ def test_env_section_validates_every_problem_in_one_pass():
         assert part in text
     url = cfg.from_dict({"env": {"name": "http://127.0.0.1:8765"}})  # a served environment validates offline
     assert url.env.name.startswith("http")
-    from vlrl.errors import MissingExtra
+    from vlrl.base.errors import MissingExtra
 
     for name in ("grid-tiny", "crafter-tiny", "qwen3-vl-2b-crafter", "qwen3-vl-8b-crafter"):
         c = cfg.preset(name)
@@ -203,7 +204,7 @@ class Exploding(Env):
 
 @pytest.fixture(scope="module")
 def policy(tiny_base_dir):
-    from vlrl import model
+    from vlrl.model import loading as model
 
     base, processor = model.load_model(str(tiny_base_dir), backend="transformers")
     return model.add_lora(base, model.LoraSettings(r=8, alpha=16)), processor
@@ -290,7 +291,7 @@ def test_episode_replies_never_hold_an_image_placeholder(policy):
     """A reply holding <|image_pad|> would break its turn's training forward (one image token more than pictures);
     the policy here prefers it at every step, by far, and no reply holds one."""
     from vlrl.episodes.rollout import Settings, play
-    from vlrl.prompts import vision_token_ids
+    from vlrl.model.prompts import vision_token_ids
 
     model, processor = policy
     placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -318,8 +319,8 @@ def _episode_config(*extra):
 def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(policy, tmp_path):
     """The trainer an episode run gets is vlrl's GRPOTrainer; a step's turns split into passes (one per turn here)
     give the loss and gradient of one pass over them all, for each reduction TRL has."""
-    from vlrl import train
     from vlrl.episodes.rollout import play
+    from vlrl.training import train
 
     model, processor = policy
     config = _episode_config()
@@ -359,7 +360,7 @@ def test_contexts_are_the_templates_tokens_with_each_reply_as_generated(tiny_bas
     from transformers import AutoProcessor
 
     from vlrl.episodes.tokens import Contexts
-    from vlrl.prompts import batch_inputs
+    from vlrl.model.prompts import batch_inputs
 
     processor = AutoProcessor.from_pretrained(str(tiny_base_dir))
     image = GridEnv().reset(0).image
@@ -391,11 +392,11 @@ def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, t
     layer as it is (chunked over the vocabulary) and adapted by LoRA (the tiny presets')."""
     from trl.trainer.utils import pad
 
-    from vlrl import model as models
-    from vlrl import train
     from vlrl.episodes.rollout import play
-    from vlrl.mismatch import masked
-    from vlrl.prompts import token_batch
+    from vlrl.model import loading as models
+    from vlrl.model.prompts import token_batch
+    from vlrl.training import train
+    from vlrl.training.mismatch import masked
 
     model, processor = policy
     if targets == "head":
@@ -447,7 +448,7 @@ def test_an_interrupted_episode_run_resumes_to_the_uninterrupted_adapter(tmp_pat
 
     from vlrl import cli, export
     from vlrl import run as stages
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
     from vlrl.run_episodes import train_episodes
 
     config = _episode_config()
@@ -470,9 +471,9 @@ def test_an_interrupted_episode_run_resumes_to_the_uninterrupted_adapter(tmp_pat
 
 @pytest.mark.slow
 def test_episode_eval_writes_records_and_frames_and_resumes(policy, tmp_path):
+    from vlrl.base.errors import EvalError
     from vlrl.episodes.evaluate import evaluate
     from vlrl.episodes.rollout import Settings
-    from vlrl.errors import EvalError
 
     model, processor = policy
     settings = Settings(max_turns=2, max_new_tokens=6, max_seq_length=4096, temperature=0.0)
@@ -497,10 +498,10 @@ def test_sampled_episodes_give_success_and_achievements_at_k(policy, tmp_path):
     draws the same episodes), and the comparison's success@k (`pass_at_k`, measure "success") and, for Crafter,
     achievements@k with the worlds that any episode reached each achievement in."""
     pytest.importorskip("crafter")
-    from vlrl import compare
+    from vlrl.base.errors import EvalError
     from vlrl.episodes.evaluate import sample
     from vlrl.episodes.rollout import Settings
-    from vlrl.errors import EvalError
+    from vlrl.evaluation import compare
 
     model, processor = policy
     settings = Settings(max_turns=2, max_new_tokens=8, max_seq_length=4096, temperature=1.0)
@@ -538,7 +539,7 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     pytest.importorskip("crafter")
     from vlrl import cli, export
     from vlrl.episodes import rollout
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
 
     played, play_batch = [], rollout._play_batch  # how many episodes each rollout batch played together
 

@@ -37,8 +37,8 @@ def test_notebook_runs_an_episode_run_stage_by_stage(tmp_path):
     from papermill.parameterize import parameterize_notebook
 
     from vlrl import export
-    from vlrl.compare import compare
-    from vlrl.records import read_records
+    from vlrl.evaluation.compare import compare
+    from vlrl.evaluation.records import read_records
 
     run_dir = tmp_path / "episodes"
     root = str(NOTEBOOK.parent.parent)

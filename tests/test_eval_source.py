@@ -13,11 +13,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a test that reaches for a hub fa
 import pytest
 from PIL import Image
 
-from vlrl import answers, config, data, run, synthetic
-from vlrl.config import DataConfig, EvalConfig, RunConfig
+from vlrl import data, run
+from vlrl.base import synthetic
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as config
+from vlrl.config.runfile import DataConfig, EvalConfig, RunConfig
 from vlrl.data import SAMPLE_DIR, VIRL39K_SAMPLE_DIR, DataError
 from vlrl.data.canonical import unboxed
-from vlrl.errors import ConfigError
+from vlrl.grammar import answers
 
 ANNOTATIONS = Path(__file__).resolve().parents[2] / "shared" / "data" / "mathvista_testmini_annotations.jsonl.gz"
 SAMPLE_ANSWERS = ["17^\\circ", "8", "\\frac{3}{14}", "2\\sqrt{3}", "C", "7", "Yes", "5"]
@@ -301,7 +304,7 @@ def test_all_of_testmini_is_the_eval_set(testmini_layout, cache):
 
 def test_warm_start_of_a_local_model_with_an_eval_source():
     """`vlrl sft` drops warm-start items showing an eval picture: with [eval] source, those of that source."""
-    from vlrl import warmstart
+    from vlrl.training import warmstart
 
     conf = config.preset("tiny", overrides=["data.hold_out=0", f"eval.source={SAMPLE_DIR}", "eval.split=testmini",
                                             "model.warm_start_items=16"])

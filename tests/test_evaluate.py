@@ -6,11 +6,15 @@ import math
 
 import pytest
 
-from vlrl import answers, engine, evaluate, prompts, rewards, synthetic
-from vlrl.compare import compare, summary
-from vlrl.errors import EvalError
-from vlrl.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
-from vlrl.stats import mcnemar_exact, wilson
+from vlrl import engine
+from vlrl.base import synthetic
+from vlrl.base.errors import EvalError
+from vlrl.base.stats import mcnemar_exact, wilson
+from vlrl.evaluation import evaluate
+from vlrl.evaluation.compare import compare, summary
+from vlrl.evaluation.records import MAX_IMAGE_SIDE, image_name, image_paths, read_records, save_images
+from vlrl.grammar import answers, rewards
+from vlrl.model import prompts
 
 
 def rec(i, correct, format_ok=True, **extra):
@@ -270,13 +274,13 @@ def test_save_images_single_multi_undecoded_and_none(tmp_path, items):
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_dir):
-    from vlrl.model import load_model
+    from vlrl.model.loading import load_model
 
     return load_model(str(tiny_dir), backend="transformers")
 
 
 def eval_rows(n, seed=5):
-    """TRL rows of generated items, with their metadata (vlrl.prompts.to_prompt does not carry it yet)."""
+    """TRL rows of generated items, with their metadata (vlrl.model.prompts.to_prompt does not carry it yet)."""
     import datasets
 
     items = synthetic.generate(n, seed=seed, image_size=64)

@@ -54,8 +54,8 @@ def test_run_writes_a_model_card(tiny_run):
 
 
 def test_model_card_reads_the_run_directory(tmp_path):
-    from vlrl import config
-    from vlrl.rundir import RunDir
+    from vlrl.config import runfile as config
+    from vlrl.config.rundir import RunDir
 
     run = RunDir(tmp_path / "demo").start(config.preset("tiny"))
     run.comparison.write_text(json.dumps({"n_paired": 4, "accuracy_before": 0.25, "accuracy_after": 0.5}))
@@ -94,7 +94,7 @@ def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
 def test_gathered_weights_are_saved_and_checked_exactly(tiny_run, tmp_path):
     """The FSDP path of `vlrl train`: the main process saves the LoRA weights gathered from every process and checks
     the files against them (here one process, so gathering copies the model's own tensors)."""
-    from vlrl import distributed
+    from vlrl.base import distributed
 
     model, processor = export.load_adapted(tiny_run / "adapter")
     gathered = distributed.gathered_lora(model)
@@ -113,7 +113,7 @@ def test_gathered_weights_are_saved_and_checked_exactly(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_untrained_adapter_is_an_error(tiny_dir, run_copy, capsys):
-    from vlrl.model import LoraSettings, load_model
+    from vlrl.model.loading import LoraSettings, load_model
 
     model, processor = load_model(str(tiny_dir), lora=LoraSettings(r=4, alpha=8))  # lora_B starts at zero
     with pytest.raises(export.ExportError, match="untrained"):
@@ -293,7 +293,7 @@ def test_a_broken_llama_cpp_install_says_what_fails(tmp_path, monkeypatch):
     error names the failing import, instead of asking to install what is installed."""
     import sys
 
-    from vlrl.errors import MissingExtra
+    from vlrl.base.errors import MissingExtra
     from vlrl.export.llama_check import require_llama_cpp as require
 
     package = tmp_path / "llama_cpp"

@@ -11,10 +11,11 @@ import pytest
 from test_cli import FAILURES as EARLIER
 from test_cli import _one_line_error  # one line, no traceback: the check test_cli's failures go through
 
-from vlrl import config as cfg
-from vlrl import run, train
+from vlrl import run
 from vlrl.cli import main, parser
 from vlrl.cli_parser import COMMANDS
+from vlrl.config import runfile as cfg
+from vlrl.training import train
 
 
 def _records(path: Path, ids, correct=True) -> Path:
@@ -196,8 +197,8 @@ def test_resuming_a_finished_run_says_so_and_changes_nothing(tmp_path, capsys):
 def test_each_training_step_is_one_readable_line():
     from types import SimpleNamespace
 
-    from vlrl import rewards
-    from vlrl.callbacks import StepLine
+    from vlrl.grammar import rewards
+    from vlrl.training.callbacks import StepLine
 
     lines = []
     step_line = StepLine(log=lines.append)
@@ -216,7 +217,7 @@ def test_each_training_step_is_one_readable_line():
 
 
 def test_the_end_of_a_run_gives_the_result_the_report_and_next_commands(tmp_path):
-    from vlrl.compare import compare
+    from vlrl.evaluation.compare import compare
 
     rd = run.start(cfg.preset("tiny"), tmp_path / "demo")
     comparison = compare(json.loads(json.dumps([{"id": i, "correct": i < 2, "format_ok": True} for i in range(20)])),
@@ -269,7 +270,7 @@ def test_docs_describe_bringing_your_own_data():
 
 def test_a_perfect_score_draws_its_interval(tmp_path):
     # 10 of 10 gave a Wilson upper bound of 0.9999999999999999, a negative error bar, and a traceback at the report
-    from vlrl.compare import compare
+    from vlrl.evaluation.compare import compare
     from vlrl.report import plot_comparison
 
     records = [{"id": i, "correct": False, "format_ok": True} for i in range(10)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vlrl import answers, rewards
+from vlrl.grammar import answers, rewards
 
 GOLDEN = Path(__file__).resolve().parent.parent / "rewards" / "golden"
 KEYS = {"name", "completion", "answer", "meta", "format", "correctness", "match", "prediction"}

@@ -8,9 +8,9 @@ import pytest
 
 gymnasium = pytest.importorskip("gymnasium")
 
-from vlrl import config as cfg
+from vlrl.base.errors import ConfigError
+from vlrl.config import runfile as cfg
 from vlrl.envs import make
-from vlrl.errors import ConfigError
 
 
 def test_frozen_lake_is_rendered_named_and_scored():
@@ -129,7 +129,7 @@ def test_frozen_lake_runs_end_to_end_on_the_tiny_model(tmp_path):
     """The whole episode loop on a Gymnasium environment: baseline episodes, a GSPO step, episodes after, the
     comparison and the report."""
     from vlrl import cli
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
 
     run = tmp_path / "lake"
     code = cli.main(["run", "--preset", "grid-tiny", "--run-dir", str(run), "--set", "env.name=gymnasium:FrozenLake-v1",

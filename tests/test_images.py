@@ -1,4 +1,4 @@
-"""vlrl.images: every image form a data set uses -> RGB PIL, and every bad image -> a BadItem with its reason."""
+"""vlrl.base.images: every image form a data set uses -> RGB PIL, and every bad image -> a BadItem with its reason."""
 
 import base64
 import io
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vlrl.images import BadItem, fit_image, image_hash, load_image
+from vlrl.base.images import BadItem, fit_image, image_hash, load_image
 
 RED = (255, 0, 0)
 

@@ -1,5 +1,6 @@
-"""The shape of the package: no import cycle (imports inside functions count), one job per module stated in its
-first docstring, no module past 500 lines, and docs/design.md's module table matching the tree."""
+"""The shape of the package: its layers (`vlrl.LAYERS`: a module imports only from its own layer and those below),
+no import cycle (imports inside functions count), one job per module stated in its first docstring, no module past
+500 lines, at most a dozen modules flat in vlrl/, and docs/design.md's layers and module table matching the tree."""
 
 import ast
 import re
@@ -20,10 +21,24 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports_of(path: Path, known: dict) -> set[str]:
-    """The vlrl modules `path` imports anywhere in it (top level, inside functions, under TYPE_CHECKING)."""
+def type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the import nodes under `if TYPE_CHECKING:`: names for annotations, which nothing runs."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found |= {id(inner) for stmt in node.body for inner in ast.walk(stmt)}
+    return found
+
+
+def imports_of(path: Path, known: dict, *, type_checking: bool = True) -> set[str]:
+    """The vlrl modules `path` imports anywhere in it (top level, inside functions, and, unless `type_checking` is
+    False, under TYPE_CHECKING)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skipped = set() if type_checking else type_checking_nodes(tree)
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -36,6 +51,102 @@ def imports_of(path: Path, known: dict) -> set[str]:
             if name and name != "vlrl":
                 out.add(name)
     return out
+
+
+def layer_of(module: str) -> int:
+    """The index in `vlrl.LAYERS` of a module's layer, by its package (or its own name, flat in vlrl/)."""
+    import vlrl
+
+    top = module.split(".")[1] if "." in module else "__init__"
+    for index, (_, members) in enumerate(vlrl.LAYERS):
+        if top in members:
+            return index
+    raise AssertionError(f"{module} belongs to no layer of vlrl.LAYERS: add its package there and to docs/design.md")
+
+
+def upward_imports(known: dict[str, Path]) -> list[str]:
+    """Each import from a lower layer to a higher one, as "module (layer) imports module (layer)"."""
+    import vlrl
+
+    found = []
+    for name, path in known.items():
+        if name == "vlrl":
+            continue
+        for target in imports_of(path, known, type_checking=False):
+            if layer_of(target) > layer_of(name):
+                found.append(f"{name} ({vlrl.LAYERS[layer_of(name)][0]}) imports {target} "
+                             f"({vlrl.LAYERS[layer_of(target)][0]})")
+    return sorted(found)
+
+
+def test_no_import_goes_up_a_layer():
+    assert upward_imports(modules()) == []
+
+
+def test_an_upward_import_is_seen(tmp_path):
+    low, high, leaf = tmp_path / "low.py", tmp_path / "high.py", tmp_path / "leaf.py"
+    low.write_text("def f():\n    from vlrl.training import train\n")
+    high.write_text("from vlrl.base import errors\n")
+    leaf.write_text("")
+    known = {"vlrl.base.low": low, "vlrl.training.train": high, "vlrl.base.errors": leaf}
+    assert upward_imports(known) == ["vlrl.base.low (base) imports vlrl.training.train (training)"]
+
+
+def test_every_package_is_a_layer_and_few_modules_stand_flat():
+    import vlrl
+
+    members = {m for _, ms in vlrl.LAYERS for m in ms}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists() and p.name != "presets"}
+    flat = {p.stem for p in PACKAGE.glob("*.py") if p.name != "__init__.py"}
+    assert packages | flat == members, f"vlrl.LAYERS and the tree differ: {sorted((packages | flat) ^ members)}"
+    assert len(flat - {"__main__"}) <= 12, f"{len(flat)} modules flat in vlrl/: put them in their layer's package"
+
+
+def test_design_md_draws_the_layers():
+    import vlrl
+
+    text = (ROOT / "docs" / "design.md").read_text()
+    drawn = " -> ".join(name for name, _ in vlrl.LAYERS)
+    assert drawn in text, f"docs/design.md should show the layers as in vlrl.LAYERS: {drawn}"
+
+
+@pytest.mark.parametrize("old", ["vlrl.prompts", "vlrl.episodes.trainer", "vlrl.records"])
+def test_a_moved_module_imports_under_its_old_name_with_a_warning(old):
+    import importlib
+
+    import vlrl
+
+    with pytest.warns(DeprecationWarning, match=vlrl.MOVED[old]):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(vlrl.MOVED[old])
+
+
+def test_public_names_import_without_a_warning(recwarn):
+    from vlrl.model import load_model
+    from vlrl.recipe import gspo_config
+    from vlrl.rewards import format_reward
+
+    import vlrl.config.recipe
+    import vlrl.grammar.rewards
+    import vlrl.model.loading
+
+    assert format_reward is vlrl.grammar.rewards.format_reward and gspo_config is vlrl.config.recipe.gspo_config
+    assert load_model is vlrl.model.loading.load_model
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning) and "vlrl" in str(w.message)]
+
+
+def test_no_code_imports_a_moved_name():
+    import vlrl
+
+    old = set(vlrl.MOVED) | set(vlrl.PUBLIC_NAMES)
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+                     if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            used = old & set(names)
+            if path.name != "test_layout.py":
+                assert not used, f"{path.relative_to(ROOT)} imports {used}: import the module where it lives now"
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:

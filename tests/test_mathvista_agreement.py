@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from data.mathvista_official import official_correct
-from vlrl import answers
+from vlrl.grammar import answers
 
 
 def both(pred: str, gold: str, **meta) -> tuple[bool, bool]:

@@ -1,4 +1,4 @@
-"""The rollout/training mismatch on the tiny model (`vlrl.mismatch`): generation records the log-prob of each token it
+"""The rollout/training mismatch on the tiny model (`vlrl.training.mismatch`): generation records the log-prob of each token it
 samples, from the distribution it really sampled from; training measures the mismatch every step (about 0 when both
 paths agree, clearly not when generation samples at a temperature the loss does not know); truncated importance
 sampling weights the loss exactly as an independent computation does. Real generation, real optimizer steps."""
@@ -9,9 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from vlrl import config as cfg
-from vlrl import mismatch, model, prompts, synthetic, train
+from vlrl.base import synthetic
+from vlrl.config import runfile as cfg
+from vlrl.model import loading as model
+from vlrl.model import prompts
 from vlrl.report import plot_training
+from vlrl.training import mismatch, train
 
 # Same generation and training paths (float32 on CPU): measured KL 2.6e-13 and max |logp difference| 2.9e-6 per step
 # (rounding between cached decoding and the full forward); the tolerances leave room for other BLAS builds.

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from vlrl import model
+from vlrl.model import loading as model
 
 
 @pytest.mark.parametrize("backend,cuda,installed,expected", [
@@ -101,7 +101,7 @@ def test_lora_targets_head_adapts_the_lm_head_alone_or_with_the_layers(tiny_qwen
 
 def test_unknown_family_is_an_error_naming_it(tiny_qwen3, monkeypatch):
     monkeypatch.delitem(model.FAMILIES, "qwen3_vl")
-    with pytest.raises(ValueError, match="unsupported model family 'qwen3_vl'.*vlrl.model.FAMILIES"):
+    with pytest.raises(ValueError, match="unsupported model family 'qwen3_vl'.*vlrl.model.loading.FAMILIES"):
         model.lora_target_regex(tiny_qwen3)
 
 

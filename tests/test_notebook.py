@@ -39,7 +39,7 @@ def test_parameters_cell_defaults_to_the_tiny_preset():
     assert all(isinstance(s, ast.Assign) for s in statements)  # plain assignments: papermill overrides each one
     values = {s.targets[0].id: ast.literal_eval(s.value) for s in statements}
     assert values == {"preset": "tiny", "run_dir": "runs/walkthrough", "samples": 4}
-    from vlrl import config
+    from vlrl.config import runfile as config
 
     assert "qwen3-vl-8b-mathvista" in config.presets()  # the preset the parameters cell names for a GPU
 
@@ -84,9 +84,10 @@ def test_every_cell_ran_without_error(executed):
 
 @pytest.mark.slow
 def test_run_directory_holds_what_the_stages_promise(executed):
-    from vlrl import config, export
-    from vlrl.compare import compare, with_samples
-    from vlrl.records import image_paths, read_records
+    from vlrl import export
+    from vlrl.config import runfile as config
+    from vlrl.evaluation.compare import compare, with_samples
+    from vlrl.evaluation.records import image_paths, read_records
 
     _, run_dir = executed
     for name in RUN_FILES:

@@ -13,9 +13,9 @@ import pytest
 
 openenv = pytest.importorskip("openenv")
 
+from vlrl.base.errors import ConfigError, EnvError
 from vlrl.envs import make
 from vlrl.envs.server import EnvServer, make_server
-from vlrl.errors import ConfigError, EnvError
 
 REPLIES = ["<SOLUTION>right</SOLUTION>", "fly", "down", "<SOLUTION>down, right</SOLUTION>", "left", "up", "right"]
 
@@ -188,7 +188,7 @@ def test_a_run_trains_on_an_openenv_server_end_to_end(tiny_base_dir, tiny_dir, t
     """`[env] name = "openenv:URL"` on the tiny model, against the server built with OpenEnv's own classes: the warm
     start's random-action episodes, baseline episodes, a GSPO step, episodes after, the comparison and the report."""
     from vlrl import cli
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
 
     # The warm start plays the server, so its cache key holds the server's address, a new port each run: it is built
     # in a cache of the test's own (beside links to the shared models it starts from), not left in $VLRL_CACHE, and

@@ -8,10 +8,10 @@ import random
 import pytest
 from scipy import stats as scipy_stats
 
-from vlrl import passk
-from vlrl.compare import compare, summary
-from vlrl.errors import EvalError
-from vlrl.stats import bootstrap_ci, paired_permutation, pass_at_k
+from vlrl.base.errors import EvalError
+from vlrl.base.stats import bootstrap_ci, paired_permutation, pass_at_k
+from vlrl.evaluation import passk
+from vlrl.evaluation.compare import compare, summary
 
 
 def brute_pass_at_k(outcomes: list[bool], k: int) -> float:

@@ -10,11 +10,11 @@ import urllib.request
 
 import pytest
 
-from vlrl import config as cfg
+from vlrl.base.errors import ConfigError, VlrlError
 from vlrl.cli import main
+from vlrl.config import runfile as cfg
+from vlrl.config.preflight import first_rows, health_problem, preflight
 from vlrl.envs import make, option_problems
-from vlrl.errors import ConfigError, VlrlError
-from vlrl.preflight import first_rows, health_problem, preflight
 
 BAD_SIZE = "grid: size must be a whole number in 2..64, got 'abc'"
 
@@ -50,7 +50,7 @@ def test_one_check_of_environment_options_for_every_command(capsys):
     config = cfg.preset("grid-tiny")
     assert option_problems("grid", {"size": "abc"}) == [BAD_SIZE]
     config.env.options = {"size": "abc"}
-    from vlrl.validation import problems_of
+    from vlrl.config.validation import problems_of
 
     assert f"[env] options: {BAD_SIZE}" in problems_of(config)
     with pytest.raises(ConfigError, match="size must be a whole number"):
@@ -122,7 +122,7 @@ def test_first_rows_reads_each_local_layout_without_the_rest(tmp_path):
 def test_a_4bit_model_without_cuda_and_an_unknown_family_are_one_line(tmp_path, capsys):
     import torch
 
-    from vlrl.model import family_of, load_model
+    from vlrl.model.loading import family_of, load_model
 
     if torch.cuda.is_available():
         pytest.skip("this machine has the GPU a 4-bit model needs")

@@ -10,10 +10,14 @@ import re
 import pytest
 import torch
 
-from vlrl import config as cfg
-from vlrl import engine, model, prompts, synthetic, tiny, warmstart
+from vlrl import engine
+from vlrl.base import synthetic
 from vlrl.cli import main
+from vlrl.config import runfile as cfg
 from vlrl.engine import loop
+from vlrl.model import loading as model
+from vlrl.model import prompts, tiny
+from vlrl.training import warmstart
 
 PRESETS = {"qwen3_5": "tiny-qwen3.5", "qwen3_5_moe": "tiny-qwen3.5-moe"}
 
@@ -140,7 +144,7 @@ def test_rollout_training_mismatch_is_as_low_as_qwen3_vl(tmp_path, monkeypatch):
     Measured on CPU: KL 3.2e-13 and 2.7e-13, max |logp difference| 3.8e-6 and 2.9e-6 (Qwen3-VL: 2.6e-13, 2.9e-6)."""
     from test_mismatch import SAME_PATH_KL, SAME_PATH_LOGP
 
-    from vlrl import train
+    from vlrl.training import train
 
     monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
     config = cfg.preset("tiny-qwen3.5", overrides=["training.max_steps=2", "training.save_steps=10",
@@ -169,8 +173,8 @@ def test_vlrl_run_with_the_tiny_qwen35_presets(family, tmp_path, capsys):
     costs 6.5 s here (the 248,320-token vocabulary), and the first already moves every LoRA B. 8 of its 32 held-out
     items, one eval batch: each token of an eval is a forward through that vocabulary, and no assertion reads more
     than that the evals pair up and the warm start writes the tags."""
+    from vlrl.evaluation.records import read_records
     from vlrl.export import verify_adapter
-    from vlrl.records import read_records
 
     out = tmp_path / PRESETS[family]
     sets = ["training.max_steps=2", "training.save_steps=2", "data.hold_out=8"]
@@ -199,7 +203,7 @@ def test_vlrl_run_with_the_tiny_qwen35_presets(family, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_episode_run_on_the_grid_with_the_tiny_qwen35(tmp_path):
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
 
     out = tmp_path / "grid"
     # a step plays one group of 4 episodes, not the preset's 8 (each turn a forward through the 248,320-token

@@ -9,9 +9,13 @@ import shutil
 import pytest
 from chromium import needs_chromium, open_page  # tests/chromium.py
 
-from vlrl import config, evaluate, prompts, report, synthetic
-from vlrl.errors import EvalError, RunDirError
-from vlrl.records import read_records, save_images
+from vlrl import report
+from vlrl.base import synthetic
+from vlrl.base.errors import EvalError, RunDirError
+from vlrl.config import runfile as config
+from vlrl.evaluation import evaluate
+from vlrl.evaluation.records import read_records, save_images
+from vlrl.model import prompts
 
 # Completions a model could write, scored by the real eval code: before, after.
 RIGHT = "<REASONING>I read {gold}.</REASONING><SOLUTION>{gold}</SOLUTION>"
@@ -39,7 +43,7 @@ def run_dir(tmp_path_factory):
                 record = evaluate.to_record(row, completion, completion_tokens=20, finish_reason="stop")
                 f.write(json.dumps(record) + "\n")
                 save_images(row, run_dir / "eval_images")
-    # train_log.jsonl rows in the shape TRL's GRPOTrainer logs them (see vlrl.callbacks.JsonlLogger)
+    # train_log.jsonl rows in the shape TRL's GRPOTrainer logs them (see vlrl.training.callbacks.JsonlLogger)
     with (run_dir / "train_log.jsonl").open("w") as f:
         for step in range(1, 6):
             f.write(json.dumps({"step": step, "loss": 0.01, "reward": 0.3 + 0.1 * step,

@@ -33,14 +33,14 @@ def code_strings(tree) -> list[ast.Constant]:
 def test_answer_tags_are_written_by_answers_format_alone():
     written = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in sources() if path.name != "answers.py"
                for node in code_strings(ast.parse(path.read_text())) if any(tag in node.value for tag in TAGS)]
-    assert not written, f"answer tags written outside vlrl.answers.FORMAT: {written}"
+    assert not written, f"answer tags written outside vlrl.grammar.answers.FORMAT: {written}"
 
 
 def test_environments_and_play_follow_the_format(monkeypatch):
     import random
 
-    from vlrl.answers import AnswerFormat
     from vlrl.envs import base, make, play
+    from vlrl.grammar.answers import AnswerFormat
 
     other = AnswerFormat(solution=("<ACT>", "</ACT>"))
     monkeypatch.setattr(base, "FORMAT", other)
@@ -63,9 +63,9 @@ def test_the_stop_tokens_are_defined_by_the_engine_alone():
 def test_hf_hub_offline_is_read_in_one_place(monkeypatch):
     readers = sorted(str(path.relative_to(ROOT)) for path in sources()
                      if re.search(r"environ(\.get\(|\[)\s*[\"']HF_HUB_OFFLINE", path.read_text()))
-    assert readers == ["vlrl/cache.py"], readers
-    from vlrl import model
-    from vlrl.errors import ConfigError
+    assert readers == ["vlrl/base/cache.py"], readers
+    from vlrl.base.errors import ConfigError
+    from vlrl.model import loading as model
 
     def missing(*args):
         raise OSError("no such checkpoint")
@@ -82,7 +82,7 @@ def test_hf_hub_offline_is_read_in_one_place(monkeypatch):
 # --- names the package gives ---------------------------------------------------------------------------------------------
 
 def test_every_vlrl_name_the_package_mentions_exists():
-    """sections.py once pointed at a `vlrl.rewards.REWARD_SETS` that never existed."""
+    """sections.py once pointed at a `vlrl.grammar.rewards.REWARD_SETS` that never existed."""
     missing = []
     for path in sources():
         for ref in sorted(set(re.findall(r"\bvlrl(?:\.[A-Za-z_]\w*)+", path.read_text()))):
@@ -109,7 +109,7 @@ def test_no_module_flips_the_tokenizers_padding_side():
                      for node in ast.walk(ast.parse(path.read_text()))
                      if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "padding_side"
                                                              for t in node.targets))
-    assert [s.split(":")[0] for s in setters] == ["vlrl/model.py"], setters
+    assert [s.split(":")[0] for s in setters] == ["vlrl/model/loading.py"], setters
     source = (PACKAGE / "model.py").read_text()
     calls = re.findall(r"^\s+_pad_left_for_trl\(processor\)$", source, flags=re.MULTILINE)
     assert len(calls) == 2  # the transformers and Unsloth loaders, nowhere else
@@ -119,7 +119,7 @@ def test_a_batch_names_its_padding_side_and_leaves_the_tokenizer_alone(tiny_base
     from PIL import Image
     from transformers import AutoProcessor
 
-    from vlrl.prompts import batch_inputs
+    from vlrl.model.prompts import batch_inputs
 
     processor = AutoProcessor.from_pretrained(tiny_base_dir)  # its own copy: the shared fixture stays untouched
     processor.tokenizer.padding_side = "right"
@@ -145,8 +145,8 @@ def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
     """Their comment said "episodes per micro-batch"; the episode trainer cuts its forward passes by tokens, and a
     step plays per_device_train_batch_size x gradient_accumulation_steps episodes per process (TRL's generation
     batch: the recipe's steps_per_generation is the accumulation), num_generations of each seed."""
-    from vlrl import config as cfg
-    from vlrl import train
+    from vlrl.config import runfile as cfg
+    from vlrl.training import train
 
     path = PACKAGE / "presets" / f"{name}.toml"
     text = path.read_text()

@@ -1,8 +1,8 @@
-"""The browser reward calculator (rewards/) shows exactly what vlrl.rewards computes.
+"""The browser reward calculator (rewards/) shows exactly what vlrl.grammar.rewards computes.
 
 The page runs vlrl's own answers.py and rewards.py through Pyodide; this file drives it in headless Chromium
 (Debian's chromium + chromedriver, which `make test` installs through rewards/install.sh), types inputs, reads the
-outputs and compares them with vlrl.rewards run here, on every rewards/golden/*.jsonl case, this file's own
+outputs and compares them with vlrl.grammar.rewards run here, on every rewards/golden/*.jsonl case, this file's own
 smoke cases (tests/data/calculator_smoke.jsonl) and a fuzzed set made at test time. Nothing here hard-codes a
 rule: whatever answers.py and rewards.py say, the page must say too.
 Also covered: URL parameters, the EN / 中文 labels, the eval-record browser, and `vlrl serve-rewards`.
@@ -27,8 +27,9 @@ from pathlib import Path
 import pytest
 from chromium import BASE_FLAGS, find_chromium  # tests/chromium.py
 
-from vlrl import evaluate, rewards
-from vlrl.records import read_records
+from vlrl.evaluation import evaluate
+from vlrl.evaluation.records import read_records
+from vlrl.grammar import rewards
 from vlrl.serve import make_server, page_url, serve_in_thread
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +143,7 @@ def page_fields(case: dict) -> dict:
 
 
 def python_says(completion: str, answer, meta: dict) -> dict:
-    """What vlrl.rewards computes, as the page prints it (Python's repr)."""
+    """What vlrl.grammar.rewards computes, as the page prints it (Python's repr)."""
     fmt = rewards.format_parts(completion)
     corr = rewards.correctness_parts(completion, answer, **meta)
     return {"format": repr(fmt["score"]), "correctness": repr(corr["score"]),
@@ -205,7 +206,7 @@ def encoded(fields: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    """A run directory with real eval records, made by vlrl.evaluate.to_record as an eval writes them."""
+    """A run directory with real eval records, made by vlrl.evaluation.evaluate.to_record as an eval writes them."""
     run = tmp_path_factory.mktemp("run")
     rows = [("q1", "7", {}, "<REASONING>3+4</REASONING><SOLUTION>8</SOLUTION>",
              "<REASONING>3+4=7</REASONING><SOLUTION>7</SOLUTION>"),
@@ -475,7 +476,7 @@ def test_server_serves_the_page_the_runtime_and_vlrl_sources_only(server):
         return urllib.request.urlopen(base + path, timeout=10)
 
     assert b'id="total-score"' in get("/").read()  # / redirects to the page
-    assert get("/vlrl/rewards.py").read() == (Path(rewards.__file__)).read_bytes()
+    assert get("/vlrl/grammar/rewards.py").read() == (Path(rewards.__file__)).read_bytes()
     assert get("/rewards/node_modules/pyodide/pyodide.asm.wasm").headers["Content-Type"] == "application/wasm"
     assert get("/run/eval_before.jsonl").read().startswith(b"{")
     for path in ("/vlrl/../pyproject.toml", "/rewards/../../etc/passwd", "/vlrl/presets/tiny.toml",

@@ -1,4 +1,4 @@
-"""vlrl.rewards as a trainer calls it: both completion forms, the columns TRL passes, logging, names, and no
+"""vlrl.grammar.rewards as a trainer calls it: both completion forms, the columns TRL passes, logging, names, and no
 input that makes a reward raise (hypothesis fuzz)."""
 
 import json
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vlrl import answers, rewards
-from vlrl.errors import DataError
+from vlrl.base.errors import DataError
+from vlrl.grammar import answers, rewards
 
 GOLDEN = Path(__file__).resolve().parent.parent / "rewards" / "golden"
 GOOD = "<REASONING>4 - 1 = 3</REASONING><SOLUTION>3</SOLUTION>"
@@ -55,7 +55,8 @@ def test_trl_names_and_pickles_the_rewards():
 
 def test_rewards_on_a_real_dataset_as_trl_passes_it():
     # The columns exactly as GRPOTrainer._calculate_rewards builds them from prompts.to_dataset rows.
-    from vlrl import prompts, synthetic
+    from vlrl.base import synthetic
+    from vlrl.model import prompts
 
     rows = synthetic.generate(12, seed=3, image_size=32)
     dataset = prompts.to_dataset(rows)

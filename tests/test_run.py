@@ -21,8 +21,8 @@ def test_run_writes_every_file(run_dir):
 
 @pytest.mark.slow
 def test_run_records_and_comparison(run_dir):
-    from vlrl import config
-    from vlrl.records import read_records
+    from vlrl.config import runfile as config
+    from vlrl.evaluation.records import read_records
 
     tiny = config.preset("tiny")
     before, after = read_records(run_dir / "eval_before.jsonl"), read_records(run_dir / "eval_after.jsonl")
@@ -48,7 +48,7 @@ def test_run_adapter_is_trained(run_dir):
 def test_run_report_renders_in_chromium(run_dir):
     from chromium import needs_chromium, open_page  # tests/chromium.py
 
-    from vlrl.records import image_paths, read_records
+    from vlrl.evaluation.records import image_paths, read_records
 
     comparison = json.loads((run_dir / "comparison.json").read_text())
     for record in read_records(run_dir / "eval_before.jsonl"):
@@ -66,7 +66,7 @@ def test_run_report_renders_in_chromium(run_dir):
 
 @pytest.mark.slow
 def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_path):
-    from vlrl.records import read_records
+    from vlrl.evaluation.records import read_records
 
     out = tmp_path / "eval_adapter.jsonl"
     assert main(["eval", "--run-dir", str(run_dir), "--adapter", str(run_dir / "adapter"), "--output", str(out)]) == 0
@@ -77,8 +77,8 @@ def test_vlrl_eval_of_the_exported_adapter_reproduces_eval_after(run_dir, tmp_pa
 
 @pytest.mark.slow
 def test_vlrl_eval_samples_draws_reproducible_samples_and_records_the_task(run_dir, tmp_path):
-    from vlrl.compare import compare
-    from vlrl.records import read_records
+    from vlrl.evaluation.compare import compare
+    from vlrl.evaluation.records import read_records
 
     paths = [tmp_path / f"sampled_{i}.jsonl" for i in range(3)]
     for path, seed in zip(paths, (0, 0, 1)):  # 16 of the run's 40 tokens: no assertion reads an answer's end
@@ -102,8 +102,8 @@ def test_vlrl_eval_samples_draws_reproducible_samples_and_records_the_task(run_d
 def test_run_samples_pass_at_k_before_and_after(run_dir):
     """[eval] samples = 4 (the shared tiny run): sampled evals beside the greedy ones, pass@k in comparison.json and
     the report, and the greedy comparison unchanged by them."""
-    from vlrl import compare, passk
-    from vlrl.records import read_records
+    from vlrl.evaluation import compare, passk
+    from vlrl.evaluation.records import read_records
 
     before, after = read_records(run_dir / "samples_before.jsonl"), read_records(run_dir / "samples_after.jsonl")
     greedy = read_records(run_dir / "eval_before.jsonl")
@@ -121,8 +121,8 @@ def test_run_samples_pass_at_k_before_and_after(run_dir):
 
 
 def test_a_run_directory_holds_one_configuration(tmp_path):
-    from vlrl import config
-    from vlrl.errors import RunDirError
+    from vlrl.base.errors import RunDirError
+    from vlrl.config import runfile as config
     from vlrl.run import start
 
     tiny = config.preset("tiny")
@@ -141,7 +141,7 @@ def test_a_run_directory_holds_one_configuration(tmp_path):
 def test_a_run_that_stopped_before_any_result_leaves_no_claim(tmp_path):
     """A new user's first run stopped at load (a 4-bit preset on a CPU, an option the environment refused) and left
     config.toml and data_report.json: the corrected rerun takes the directory over instead of being refused."""
-    from vlrl import config
+    from vlrl.config import runfile as config
     from vlrl.run import start
 
     first = config.preset("tiny")

@@ -1,8 +1,10 @@
-"""vlrl.synthetic: seeded, verifiable items in the canonical schema; the default tasks stay what the warm start learned."""
+"""vlrl.base.synthetic: seeded, verifiable items in the canonical schema; the default tasks stay what the warm start learned."""
 
 import pytest
 
-from vlrl import answers, prompts, synthetic
+from vlrl.base import synthetic
+from vlrl.grammar import answers
+from vlrl.model import prompts
 
 
 def test_default_tasks_unchanged_for_the_warm_start():

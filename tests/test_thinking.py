@@ -7,10 +7,16 @@ import json
 import pytest
 import torch
 
-from vlrl import config as cfg
-from vlrl import engine, evaluate, model, prompts, rewards, synthetic, thinking, tiny, train
+from vlrl import engine
+from vlrl.base import synthetic
+from vlrl.config import runfile as cfg
+from vlrl.config.validation import problems_of
 from vlrl.engine.sampling import Budget
-from vlrl.validation import problems_of
+from vlrl.evaluation import evaluate
+from vlrl.grammar import rewards, thinking
+from vlrl.model import loading as model
+from vlrl.model import prompts, tiny
+from vlrl.training import train
 
 OPEN, CLOSE, NL2 = 151667, 151668, 271  # <think>, </think>, "\n\n" in Qwen3's vocabulary
 VOCAB = 151936

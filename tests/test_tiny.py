@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from vlrl import tiny
+from vlrl.model import tiny
 
 QWEN3_VL_IDS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645, "<|vision_start|>": 151652,
                 "<|image_pad|>": 151655, "<think>": 151667, "</think>": 151668}
@@ -42,7 +42,7 @@ def test_saved_like_a_hub_checkpoint(tiny_base_dir):
 def test_image_prompt_generates(tiny_base_dir, tiny_processor, items):
     from transformers import AutoModelForImageTextToText
 
-    from vlrl.prompts import to_prompt
+    from vlrl.model.prompts import to_prompt
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_base_dir)
     row = to_prompt(items[0])
@@ -96,8 +96,9 @@ def test_warm_start_teaches_the_format(tiny_dir, tiny_processor):
     """After the warm start, greedy answers carry the tags, and sampled answers differ in reward (GSPO's signal)."""
     from transformers import AutoModelForImageTextToText
 
-    from vlrl import evaluate, synthetic
-    from vlrl.prompts import to_dataset
+    from vlrl.base import synthetic
+    from vlrl.evaluation import evaluate
+    from vlrl.model.prompts import to_dataset
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_dir)
     held_out = to_dataset(synthetic.generate(16, seed=777, image_size=64))

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from vlrl import config as cfg
-from vlrl import model, prompts, synthetic, train
+from vlrl.base import synthetic
+from vlrl.config import runfile as cfg
+from vlrl.model import loading as model
+from vlrl.model import prompts
+from vlrl.training import train
 
 # TRL's numbers, the reward terms and the degeneration monitor's: each tool gets them as train/<name>
 METRICS = ("loss", "reward", "rewards/format_reward/mean", "rewards/correctness_reward/mean",

@@ -12,9 +12,14 @@ import pytest
 import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
-from vlrl import callbacks, data, model, prompts, rewards, sft, synthetic, train, warmstart
-from vlrl import config as cfg
+from vlrl import data
+from vlrl.base import synthetic
 from vlrl.cli import main
+from vlrl.config import runfile as cfg
+from vlrl.grammar import rewards
+from vlrl.model import loading as model
+from vlrl.model import prompts
+from vlrl.training import callbacks, sft, train, warmstart
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,7 +161,7 @@ def test_killed_and_resumed_run_ends_with_the_same_adapter_as_an_uninterrupted_o
 
 
 def test_resume_with_a_different_run_file_is_refused(tmp_path):
-    from vlrl.errors import RunDirError
+    from vlrl.base.errors import RunDirError
     from vlrl.run import train_only
 
     config = tiny_config()

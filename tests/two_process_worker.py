@@ -1,5 +1,5 @@
 """The library side of tests/test_distributed.py, run in one process or under `accelerate launch`: GSPO steps on
-the tiny model over fixed rollouts (the trainer is vlrl's, `vlrl.train.build_trainer`; only the rollouts are fixed),
+the tiny model over fixed rollouts (the trainer is vlrl's, `vlrl.training.train.build_trainer`; only the rollouts are fixed),
 then, when given a run directory, `vlrl train --resume` of it in the same processes (one launch instead of two: the
 imports of a launch cost more than its steps).
 
@@ -52,8 +52,9 @@ def fixed_rollouts(trainer, processor, seen: list) -> None:
 def train_steps(run_dir: str | Path, per_device: int, steps: int) -> tuple[dict, list]:
     """`steps` GSPO steps of the tiny preset (per-device batch `per_device`, 4 generations) over fixed rollouts;
     returns (LoRA weights by name, the crc32 of each prompt this process generated for)."""
-    from vlrl import config as cfg
-    from vlrl import run, train
+    from vlrl import run
+    from vlrl.config import runfile as cfg
+    from vlrl.training import train
 
     config = cfg.preset("tiny", overrides=[f"training.per_device_train_batch_size={per_device}",
                                            f"training.max_steps={steps}", "training.save_steps=1000"])
@@ -70,7 +71,7 @@ def train_steps(run_dir: str | Path, per_device: int, steps: int) -> tuple[dict,
 if __name__ == "__main__":
     from safetensors.torch import save_file
 
-    from vlrl import distributed
+    from vlrl.base import distributed
     from vlrl.cli import main
 
     out, per_device, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])

@@ -20,7 +20,7 @@ validated like the file.
     vlrl serve-env crafter --port 8766 --set size=128            # an OpenEnv-compatible server (vlrl.envs.server)
     vlrl env play crafter --seed 3 --steps 20 --output play/     # frames, episode.jsonl, filmstrip.png
 
-A failure a user can act on (`vlrl.errors.VlrlError`) prints one line, `vlrl <command>: <what, which value, the
+A failure a user can act on (`vlrl.base.errors.VlrlError`) prints one line, `vlrl <command>: <what, which value, the
 fix>`, and exits 1; an interrupt exits 130 and keeps what was written (every stage resumes).
 """
 
@@ -35,8 +35,8 @@ import sys
 def _config(args, default_preset: str | None = "tiny"):
     """The configuration a command names: --config or --preset (with --set), else the run directory's own
     config.toml when there is one, else `default_preset`."""
-    from vlrl import config as cfg
-    from vlrl.rundir import RunDir
+    from vlrl.config import runfile as cfg
+    from vlrl.config.rundir import RunDir
 
     overrides = getattr(args, "set", None) or ()
     if getattr(args, "config", None) or getattr(args, "preset", None):
@@ -44,7 +44,7 @@ def _config(args, default_preset: str | None = "tiny"):
     if getattr(args, "run_dir", None) and RunDir(args.run_dir).config_file.exists():
         return cfg.load(RunDir(args.run_dir).config_file, overrides=overrides)
     if default_preset is None:
-        from vlrl.errors import RunDirError
+        from vlrl.base.errors import RunDirError
 
         where = f"{args.run_dir} has no config.toml" if getattr(args, "run_dir", None) else "no --run-dir was given"
         resume = "no run to resume: " if getattr(args, "resume", False) else ""
@@ -54,22 +54,22 @@ def _config(args, default_preset: str | None = "tiny"):
 
 
 def _run_dir(args, config):
-    from vlrl.rundir import RunDir
+    from vlrl.config.rundir import RunDir
 
     return RunDir.for_config(config, getattr(args, "run_dir", None))
 
 
 def _named_run_dir(args):
     """The run a command reads: --run-dir, else runs/<name> of --config / --preset."""
-    from vlrl.rundir import RunDir
+    from vlrl.config.rundir import RunDir
 
     return RunDir(args.run_dir) if args.run_dir else _run_dir(args, _config(args, default_preset=None))
 
 
 def _activate(config) -> None:
     """Imports Unsloth (when the run uses it) before anything imports transformers or TRL, as Unsloth requires."""
-    from vlrl.errors import ConfigError
-    from vlrl.model import activate_backend
+    from vlrl.base.errors import ConfigError
+    from vlrl.model.loading import activate_backend
 
     try:
         activate_backend(config.model.backend)
@@ -80,7 +80,7 @@ def _activate(config) -> None:
 def _single_turn(config, command: str) -> None:
     """`vlrl eval` scores single-turn items; an episode run's evals are stages of `vlrl run`."""
     if config.env.name:
-        from vlrl.errors import ConfigError
+        from vlrl.base.errors import ConfigError
 
         raise ConfigError(f"vlrl {command} runs single-turn stages, and this run file has [env] name = "
                           f"{config.env.name!r}; run the episode loop with `vlrl run` (it resumes training from its "
@@ -92,7 +92,7 @@ def _single_turn(config, command: str) -> None:
 def cmd_run(args) -> int:
     config = _config(args)
     _activate(config)
-    from vlrl.distributed import print_main
+    from vlrl.base.distributed import print_main
 
     if config.env.name:  # an episode run: [env] names an environment
         from vlrl.run_episodes import run
@@ -106,7 +106,7 @@ def cmd_run(args) -> int:
 def cmd_train(args) -> int:
     config = _config(args, default_preset=None if args.resume else "tiny")
     _activate(config)
-    from vlrl.distributed import print_main
+    from vlrl.base.distributed import print_main
     from vlrl.run import train_only
 
     train_only(config, _run_dir(args, config).path, resume=args.resume, log=print_main)
@@ -115,12 +115,12 @@ def cmd_train(args) -> int:
 
 def cmd_sft(args) -> int:
     if args.steps is not None and args.steps < 1:
-        from vlrl.errors import ConfigError
+        from vlrl.base.errors import ConfigError
 
         raise ConfigError(f"--steps {args.steps} must be at least 1; leave it out for [model] warm_start_steps "
                           "(else 150).")
     config = _config(args)
-    from vlrl.warmstart import sft_from_config
+    from vlrl.training.warmstart import sft_from_config
 
     sft_from_config(config, _run_dir(args, config).path / "sft", steps=args.steps,
                     learning_rate=args.learning_rate, batch_size=args.batch_size)
@@ -129,7 +129,7 @@ def cmd_sft(args) -> int:
 
 def cmd_presets(args) -> int:
     """One line per shipped preset: its name, model, and the data or environment it trains on."""
-    from vlrl.config import preset_summaries
+    from vlrl.config.runfile import preset_summaries
 
     rows = preset_summaries()
     name, model = (max(len(row[key]) for row in rows) for key in ("name", "model"))
@@ -141,17 +141,17 @@ def cmd_presets(args) -> int:
 
 def _check_port(port: int) -> None:
     if not 0 <= port <= 65535:
-        from vlrl.errors import ConfigError
+        from vlrl.base.errors import ConfigError
 
         raise ConfigError(f"--port {port} is not a TCP port; give one from 1 to 65535, or 0 for a free one.")
 
 
 def cmd_validate(args) -> int:
-    """The rules (`vlrl.validation`), then what is cheap to build (`vlrl.preflight`): one line each."""
-    from vlrl import config as cfg
-    from vlrl.distributed import world_size
-    from vlrl.errors import ConfigError
-    from vlrl.preflight import preflight
+    """The rules (`vlrl.config.validation`), then what is cheap to build (`vlrl.config.preflight`): one line each."""
+    from vlrl.base.distributed import world_size
+    from vlrl.base.errors import ConfigError
+    from vlrl.config import runfile as cfg
+    from vlrl.config.preflight import preflight
 
     named = [x for x in (args.target, args.config, args.preset) if x]
     if len(named) != 1:
@@ -171,8 +171,8 @@ def cmd_validate(args) -> int:
 
 def cmd_compare(args) -> int:
     """Prints the comparison's summary; the whole comparison goes to --output as JSON."""
-    from vlrl.compare import compare, summary, with_samples
-    from vlrl.errors import EvalError
+    from vlrl.base.errors import EvalError
+    from vlrl.evaluation.compare import compare, summary, with_samples
 
     for path in (args.before, args.after):
         if os.path.isdir(path):
@@ -204,14 +204,18 @@ def cmd_compare(args) -> int:
 
 def cmd_eval(args) -> int:
     """Evaluates the run's model (or --model) with an optional adapter on the run's held-out set."""
-    from vlrl.errors import ConfigError
+    from vlrl.base.errors import ConfigError
 
     if args.samples < 0:
         raise ConfigError(f"--samples {args.samples} must be 0 (greedy) or a number of draws per item, e.g. 8.")
     config = _config(args, default_preset=None)
     _single_turn(config, "eval")
     _activate(config)
-    from vlrl import distributed, model, run, sharded_eval, warmstart
+    from vlrl import run
+    from vlrl.base import distributed
+    from vlrl.evaluation import sharded_eval
+    from vlrl.model import loading as model
+    from vlrl.training import warmstart
 
     rd = _run_dir(args, config)
     if args.adapter:
@@ -247,12 +251,13 @@ def cmd_report(args) -> int:
 def cmd_data_inspect(args) -> int:
     """A source as a run would load it (its DataReport and a few prompts as the model sees them), or, with --config /
     --preset, exactly the items the run trains and evaluates on."""
-    from vlrl import data, prompts
+    from vlrl import data
+    from vlrl.model import prompts
 
     if args.config or args.preset:
         return _inspect_run(args)
     if not args.source:
-        from vlrl.errors import ConfigError
+        from vlrl.base.errors import ConfigError
 
         raise ConfigError("vlrl data inspect needs a source (a hub id, a directory or file, or 'synthetic') or "
                           "--config / --preset to show a run's items.")
@@ -283,8 +288,9 @@ def cmd_data_inspect(args) -> int:
 
 
 def _inspect_run(args) -> int:
-    from vlrl import run, tiny
-    from vlrl.config import LOCAL_FAMILIES, LOCAL_MODELS
+    from vlrl import run
+    from vlrl.config.runfile import LOCAL_FAMILIES, LOCAL_MODELS
+    from vlrl.model import tiny
 
     config = _config(args)
     name = config.model.name_or_path
@@ -315,13 +321,13 @@ def _processor(path, optional: bool = False):
     except OSError as err:
         if optional:
             return None
-        from vlrl.errors import ConfigError
+        from vlrl.base.errors import ConfigError
 
         raise ConfigError(f"no processor at {path}: {err}") from None
 
 
 def _print_items(label: str, rows, n: int, processor) -> None:
-    from vlrl import prompts
+    from vlrl.model import prompts
 
     for row in rows.select(range(min(n, len(rows)))):
         sizes = ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}" for im in prompts.row_images(row, decode=True))
@@ -395,8 +401,8 @@ LAUNCHED = ("run", "train", "eval", "validate")  # the commands that run under a
 
 
 def _one_process_only(command: str) -> None:
-    from vlrl.distributed import world_size
-    from vlrl.errors import ConfigError
+    from vlrl.base.distributed import world_size
+    from vlrl.base.errors import ConfigError
 
     if command not in LAUNCHED and world_size() > 1:
         raise ConfigError(f"vlrl {command} runs in one process, and this launch has {world_size()}; run it without "
@@ -404,7 +410,7 @@ def _one_process_only(command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vlrl.distributed import end
+    from vlrl.base.distributed import end
 
     args = parser().parse_args(argv)
     try:
@@ -417,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _handle(args) -> int:
-    from vlrl.errors import VlrlError
+    from vlrl.base.errors import VlrlError
 
     try:
         _one_process_only(args.command)

@@ -75,7 +75,7 @@ def _add_config(p, *, run_dir_help: str = "the run directory (default: runs/<the
 def parser() -> argparse.ArgumentParser:
     """The `vlrl` argument parser: every subcommand, with a description and an example in its --help."""
     from vlrl import __version__
-    from vlrl.config import EXPORT_FORMATS
+    from vlrl.config.runfile import EXPORT_FORMATS
     from vlrl.export.gguf import GGUF_TYPES
 
     p = argparse.ArgumentParser(prog="vlrl", description="GSPO for vision-language models on one GPU.",

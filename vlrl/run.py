@@ -1,6 +1,6 @@
 """The stages of a run, and `run()`, the whole loop: load -> baseline eval -> GSPO train -> re-eval -> adapter export.
 
-Each stage is one function that reads and writes the run directory (`vlrl.rundir.RunDir`), so the CLI (`vlrl run`,
+Each stage is one function that reads and writes the run directory (`vlrl.config.rundir.RunDir`), so the CLI (`vlrl run`,
 `vlrl train`, `vlrl eval`), the walkthrough notebook and a script call the same code and see the same files:
 
     config.toml  data_report.json  eval_before.jsonl  eval_images/  grpo_config.json  train_log.jsonl
@@ -18,10 +18,15 @@ import json
 import time
 from pathlib import Path
 
-from vlrl import compare, data, distributed, export, model, prompts, report, sharded_eval, train, warmstart
-from vlrl.config import RunConfig
-from vlrl.progress import duration
-from vlrl.rundir import RunDir
+from vlrl import data, export, report
+from vlrl.base import distributed
+from vlrl.base.progress import duration
+from vlrl.config.rundir import RunDir
+from vlrl.config.runfile import RunConfig
+from vlrl.evaluation import compare, sharded_eval
+from vlrl.model import loading as model
+from vlrl.model import prompts
+from vlrl.training import train, warmstart
 
 
 def banner(text: str, log=print) -> None:
@@ -148,7 +153,7 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
     """Greedy eval of the eval items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
-    item into samples_<when>.jsonl (pass@k), each sharded over the processes of a launch (`vlrl.sharded_eval`).
+    item into samples_<when>.jsonl (pass@k), each sharded over the processes of a launch (`vlrl.evaluation.sharded_eval`).
     "before" resumes partial files; "after" always starts over, since records of an earlier adapter must never be
     scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
@@ -273,7 +278,7 @@ def training_rows(config: RunConfig, processor, run: RunDir, log=print):
     """What the trainer draws from: the prepared training prompts, or an episode run's training seeds."""
     if config.env.name:
         from vlrl.episodes.rollout import seeds_for
-        from vlrl.episodes.trainer import seed_dataset
+        from vlrl.training.episode_trainer import seed_dataset
 
         return seed_dataset(seeds_for(config, "train"))
     return prepare(config, processor, run, log)[0]

@@ -1,9 +1,9 @@
 """The stages of an episode run, and `run()`, its whole loop: load -> baseline episodes -> GSPO over episodes ->
 episodes after -> comparison and report -> adapter export. `vlrl run` comes here when the run file has an [env].
 
-Each stage reads and writes the run directory (`vlrl.rundir.RunDir`), as a single-turn run's do, and the model
+Each stage reads and writes the run directory (`vlrl.config.rundir.RunDir`), as a single-turn run's do, and the model
 stages are `vlrl.run`'s own (a local model is warm-started on random-action turns: `vlrl.episodes.warm`). Training is
-`vlrl.train`'s, as for a single-turn run; under `accelerate launch` every process trains on its share of each step's
+`vlrl.training.train`'s, as for a single-turn run; under `accelerate launch` every process trains on its share of each step's
 episodes, and the main process alone plays the eval episodes and writes the run directory:
 
     config.toml  eval_before.jsonl  episode_frames/before/  train_log.jsonl  checkpoints/  eval_after.jsonl
@@ -12,7 +12,7 @@ episodes, and the main process alone plays the eval episodes and writes the run 
     run(config.preset("grid-tiny"))          # -> runs/grid-tiny, the comparison as a dict
 
 The seeds: eval episodes use 0..eval_seeds-1, before and after alike; training episodes 1,000,000 + 0..train_seeds-1
-(`vlrl.sections.ENV_SEEDS`), so no eval episode is ever a training episode.
+(`vlrl.config.sections.ENV_SEEDS`), so no eval episode is ever a training episode.
 """
 
 from __future__ import annotations
@@ -21,13 +21,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from vlrl import distributed, report, train
+from vlrl import report
 from vlrl import run as stages
-from vlrl.config import RunConfig
+from vlrl.base import distributed
+from vlrl.config.rundir import RunDir
+from vlrl.config.runfile import RunConfig
 from vlrl.episodes import evaluate
 from vlrl.episodes.rollout import environment_for, seeds_for, settings_for
-from vlrl.episodes.trainer import checkpoint_activations
-from vlrl.rundir import RunDir
+from vlrl.training import train
+from vlrl.training.episode_trainer import checkpoint_activations
 
 environment = environment_for  # the run's environment factory, and its seeds: `vlrl.episodes.rollout`'s
 seeds = seeds_for
@@ -57,8 +59,8 @@ def evaluate_episodes(config: RunConfig, policy, processor, run: str | Path | Ru
 
 
 def train_episodes(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print):
-    """GSPO over episodes in the run directory, through the trainer single-turn runs use (`vlrl.train`, with
-    `vlrl.episodes.trainer`'s rollouts), continuing from its last checkpoint when there is one. Returns the trainer
+    """GSPO over episodes in the run directory, through the trainer single-turn runs use (`vlrl.training.train`, with
+    `vlrl.training.episode_trainer`'s rollouts), continuing from its last checkpoint when there is one. Returns the trainer
     (None: training was already done)."""
     return train.train(config, policy, processor, stages.training_rows(config, processor, RunDir.of(run), log), run,
                        resume=True, log=log)

@@ -6,7 +6,7 @@ mode was already right, and where it could not, no sample was right either, so G
 by one in `--bias` of the items (the reasoning says so too: "Bar B is 13." for a bar of 12). A model fitting these
 labels learns to read the chart and to answer one too high most of the time: its greedy answer is wrong while the
 right one is still sampled, which an exact reward can find and reinforce. The held-out questions are the true ones
-(`vlrl.synthetic`, the run file's own items), and no warm-start item shows a picture of the run's items.
+(`vlrl.base.synthetic`, the run file's own items), and no warm-start item shows a picture of the run's items.
 
     python bench/learning/offbyone_data.py runs/offbyone-data      # -> runs/offbyone-data/testmini.jsonl + images/
 
@@ -22,8 +22,8 @@ import json
 import random
 from pathlib import Path
 
-from vlrl.images import image_hash
-from vlrl.synthetic import generate
+from vlrl.base.images import image_hash
+from vlrl.base.synthetic import generate
 
 
 def biased(item: dict, rng: random.Random, bias: float) -> dict:

@@ -2,7 +2,7 @@
 
 Every loader returns rows in one canonical schema (a `datasets.Dataset`, or a list of dicts for generated items):
 `{id, question, image, answer, answer_type, precision, question_type, choices, unit, metadata}` (+ `images` when
-more than one image per item is kept, + `system_prompt` when one is set). `vlrl.prompts.to_prompt()` turns a row
+more than one image per item is kept, + `system_prompt` when one is set). `vlrl.model.prompts.to_prompt()` turns a row
 into TRL's conversational form.
 
     >>> rows, report = load_mathvista("data/mathvista_sample", return_report=True)   # doctest: +SKIP
@@ -24,6 +24,8 @@ The modules, in the order a load goes through them:
 - `report`: `DataReport`, `SKIP_REASONS`.
 """
 
+from vlrl.base.errors import DataError
+from vlrl.base.images import image_hash
 from vlrl.data.canonical import IMAGE_FORMATS, PREPROCESS_VERSION, Fields
 from vlrl.data.choose import LOADERS, load_eval_rows, load_rows, load_synthetic, loader_name
 from vlrl.data.loaders import (
@@ -40,8 +42,6 @@ from vlrl.data.loaders import (
 from vlrl.data.report import SKIP_REASONS, DataReport
 from vlrl.data.split import check_disjoint, drop_eval_overlap, picture_hashes, split_holdout
 from vlrl.data.splits import known_test_split, training_on_test_warning
-from vlrl.errors import DataError
-from vlrl.images import image_hash
 
 __all__ = [
     "GEO3K_FIELDS", "IMAGE_FORMATS", "LOADERS", "MATHVISTA_FIELDS", "PREPROCESS_VERSION", "SAMPLE_DIR",

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from vlrl import answers
+from vlrl.base.errors import DataError
+from vlrl.base.images import BadItem, fit_image, load_image
 from vlrl.data.report import DataReport
-from vlrl.errors import DataError
-from vlrl.images import BadItem, fit_image, load_image
-from vlrl.prompts import IMAGE_PLACEHOLDER
+from vlrl.grammar import answers
+from vlrl.model.prompts import IMAGE_PLACEHOLDER
 
 PREPROCESS_VERSION = 3  # part of the datasets cache fingerprint: bump when preprocessing changes its output
 

@@ -16,15 +16,15 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vlrl import synthetic
+from vlrl.base import synthetic
+from vlrl.base.errors import DataError
 from vlrl.data.loaders import load_generic, load_geo3k, load_mathvista, load_virl39k
 from vlrl.data.report import DataReport
 from vlrl.data.sources import VIRL39K_TABLE
 from vlrl.data.splits import training_on_test_warning
-from vlrl.errors import DataError
 
 if TYPE_CHECKING:
-    from vlrl.config import DataConfig, EvalConfig
+    from vlrl.config.runfile import DataConfig, EvalConfig
 
 # The loaders of a data source, by the names `loader_name` gives (and `vlrl data inspect --loader` takes). The generic
 # loader is never guessed from a name, since it needs the source's column names.
@@ -59,7 +59,7 @@ def loader_name(source) -> str:
 
 def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 1,
                    tasks: tuple[str, ...] | str = synthetic.TASKS, return_report: bool = False):
-    """Generated items (`vlrl.synthetic.generate`): a list of canonical rows, and with `return_report` the
+    """Generated items (`vlrl.base.synthetic.generate`): a list of canonical rows, and with `return_report` the
     `DataReport` a loader would give (every row kept: generated items are valid by construction).
 
     >>> rows, report = load_synthetic(3, image_size=32, return_report=True)

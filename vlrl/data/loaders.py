@@ -19,6 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from vlrl.base.errors import ConfigError, DataError
+from vlrl.base.images import MAX_IMAGE_BYTES, undecoded
 from vlrl.data.canonical import (
     IMAGE_FORMATS,
     PREPROCESS_VERSION,
@@ -29,8 +31,6 @@ from vlrl.data.canonical import (
 )
 from vlrl.data.report import DataReport
 from vlrl.data.sources import VIRL39K_REPO, read_source, source_name, virl39k_files
-from vlrl.errors import ConfigError, DataError
-from vlrl.images import MAX_IMAGE_BYTES, undecoded
 
 logger = logging.getLogger(__name__)
 

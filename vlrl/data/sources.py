@@ -13,7 +13,7 @@ A source that cannot be read at all is a `DataError` that says what to do:
     >>> read_source("./no/such/dir", "train", cache_dir=None)
     Traceback (most recent call last):
     ...
-    vlrl.errors.DataError: './no/such/dir' is neither a directory nor a file; give a local path that exists or ...
+    vlrl.base.errors.DataError: './no/such/dir' is neither a directory nor a file; give a local path that exists or ...
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import re
 import zipfile
 from pathlib import Path
 
-from vlrl.cache import cache_dir as vlrl_cache
-from vlrl.errors import DataError
+from vlrl.base.cache import cache_dir as vlrl_cache
+from vlrl.base.errors import DataError
 
 VIRL39K_REPO = "TIGER-Lab/ViRL39K"
 VIRL39K_TABLE = "39Krelease.parquet"  # beside images.zip in the hub repo; its `image` paths are images/... inside it

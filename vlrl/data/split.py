@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 import re
 
+from vlrl.base.errors import DataError
+from vlrl.base.images import image_hash, undecoded
 from vlrl.data.loaders import preprocess_workers
 from vlrl.data.report import DataReport
-from vlrl.errors import DataError
-from vlrl.images import image_hash, undecoded
-from vlrl.prompts import row_images
+from vlrl.model.prompts import row_images
 
 
 def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | None = None,
@@ -140,7 +140,7 @@ def check_disjoint(train_rows, eval_rows) -> None:
     >>> check_disjoint([{"id": "a"}], [{"id": "a"}])
     Traceback (most recent call last):
     ...
-    vlrl.errors.DataError: 1 training items are in the eval set (e.g. ['a']); ...
+    vlrl.base.errors.DataError: 1 training items are in the eval set (e.g. ['a']); ...
     """
     overlap = set(_ids(train_rows)) & set(_ids(eval_rows))
     if overlap:

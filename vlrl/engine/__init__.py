@@ -1,5 +1,5 @@
 """The decoding engine: the one place that turns a batch of contexts into completions, for training rollouts
-(`vlrl.mismatch`'s trainer), episode turns (`vlrl.episodes.rollout`) and evals (`vlrl.evaluate`) alike.
+(`vlrl.training.mismatch`'s trainer), episode turns (`vlrl.episodes.rollout`) and evals (`vlrl.evaluation.evaluate`) alike.
 
     decoding = engine.decoding_for(model, processor, max_new_tokens=256, temperature=1.0, static=True)
     for c in engine.complete(model, processor, texts, images, decoding):
@@ -16,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vlrl import distributed, prompts, thinking
+from vlrl.base import distributed
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
 from vlrl.engine.sampling import Budget
 from vlrl.engine.session import Session
+from vlrl.grammar import thinking
+from vlrl.model import prompts
 
 __all__ = ["Budget", "Completion", "Decoded", "Decoding", "Session", "cache_length", "complete", "complete_tokenized",
            "decode", "decoding_for", "stop_ids"]
@@ -57,7 +59,7 @@ def stop_ids(model, tokenizer) -> list[int]:
 
 
 def budget_of(processor, budget: int) -> Budget | None:
-    """The thinking budget with the tokenizer's ids (`vlrl.thinking.budget_ids`), None for no budget."""
+    """The thinking budget with the tokenizer's ids (`vlrl.grammar.thinking.budget_ids`), None for no budget."""
     return Budget(budget, *thinking.budget_ids(processor, budget)) if budget else None
 
 
@@ -66,7 +68,7 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
     """The `Decoding` of a model and processor: its stop tokens, the vision placeholders suppressed, its pad token,
     the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend,
     which patches generation its own way; under FSDP or ZeRO-3 the processes stop together (`Decoding.synced`)."""
-    from vlrl.model import backend_of
+    from vlrl.model.loading import backend_of
 
     stops = stop_ids(model, processor)
     tokenizer = getattr(processor, "tokenizer", processor)

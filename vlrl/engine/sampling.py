@@ -19,7 +19,7 @@ import torch
 @dataclass(frozen=True)
 class Budget:
     """The thinking budget: at most `budget` tokens inside `<think>`...`</think>`, then `</think>` is forced, and
-    `after_id` ("\\n\\n") right after a close at the budget (`vlrl.thinking.budget_ids`, `AFTER_CLOSE`)."""
+    `after_id` ("\\n\\n") right after a close at the budget (`vlrl.grammar.thinking.budget_ids`, `AFTER_CLOSE`)."""
 
     budget: int
     start_id: int

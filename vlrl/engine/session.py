@@ -27,8 +27,8 @@ from dataclasses import replace
 
 import torch
 
-from vlrl import prompts
 from vlrl.engine.loop import Decoded, Decoding, Prefilled, decode, masks_own, prefill, run, static_on
+from vlrl.model import prompts
 
 
 class Session:

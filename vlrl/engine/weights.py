@@ -52,7 +52,7 @@ import time
 
 import torch
 
-from vlrl.errors import ConfigError, MissingExtra
+from vlrl.base.errors import ConfigError, MissingExtra
 
 KERNEL_ROWS = 64  # rows up to which gemlite's kernels compute (decoding); beyond, dequantize + cuBLAS (prefill)
 GEMV_ROWS = 2  # up to here gemlite's GEMV kernel, beyond it its split-K GEMM (its own rule for 8-bit weights)

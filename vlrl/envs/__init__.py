@@ -14,9 +14,9 @@ import importlib
 import inspect
 import json
 
+from vlrl.base.errors import ConfigError
 from vlrl.envs.base import Env, Observation, Step, parse_actions  # noqa: F401
 from vlrl.envs.base import option_problems as base_option_problems
-from vlrl.errors import ConfigError
 
 # name -> "module:class", imported on use (crafter's package is an optional extra).
 ENVIRONMENTS = {"grid": "vlrl.envs.grid:GridEnv", "crafter": "vlrl.envs.crafter:CrafterEnv"}
@@ -97,7 +97,7 @@ def check(name: str, options) -> None:
 def env_options(env_config) -> dict:
     """The options a run's [env] builds its environment with: `options`, and `actions` when the run names them.
 
-    >>> from vlrl.sections import EnvConfig
+    >>> from vlrl.config.sections import EnvConfig
     >>> env_options(EnvConfig(name="gymnasium:CarRacing-v3", options={"continuous": False}, actions=["a", "b"]))
     {'continuous': False, 'actions': ['a', 'b']}
     """

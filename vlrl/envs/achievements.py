@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from vlrl.stats import wilson
+from vlrl.base.stats import wilson
 
 # Crafter 1.8.3's 22 achievements (crafter/data.yaml), in its order; vlrl.envs.crafter checks them on first use.
 ACHIEVEMENTS = ("collect_coal", "collect_diamond", "collect_drink", "collect_iron", "collect_sapling",
@@ -92,7 +92,7 @@ def paired_report(before, after, *, resamples: int = BOOTSTRAP, seed: int = 0, c
     """
     import numpy as np
 
-    from vlrl.stats import mcnemar_exact
+    from vlrl.base.stats import mcnemar_exact
 
     b = np.asarray(unlocked_matrix(before), dtype=float).reshape(-1, len(ACHIEVEMENTS))
     a = np.asarray(unlocked_matrix(after), dtype=float).reshape(-1, len(ACHIEVEMENTS))

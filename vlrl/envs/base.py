@@ -9,7 +9,7 @@ same episode for the same replies.
     step = env.step("<REASONING>the goal is right</REASONING><SOLUTION>right</SOLUTION>")
     step.reward, step.done, step.info      # 0.0, False, {"actions": ["right"], "invalid": False, ...}
 
-Replies use the answer grammar of `vlrl.answers`: the actions are the solution, by name, comma-separated, up to the
+Replies use the answer grammar of `vlrl.grammar.answers`: the actions are the solution, by name, comma-separated, up to the
 environment's cap per turn (`parse_actions`). A reply that names no valid action is an invalid action: the step says
 so in `info["invalid"]` and the episode goes on.
 """
@@ -21,7 +21,7 @@ import io
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from vlrl.answers import FORMAT, extract_solution
+from vlrl.grammar.answers import FORMAT, extract_solution
 
 
 @dataclass
@@ -119,11 +119,11 @@ def check_options(env_name: str, specs: dict, values: dict) -> None:
     >>> check_options("grid", {"size": (int, 2, 32), "text": (bool,)}, {"size": 100000, "text": "yes"})
     Traceback (most recent call last):
     ...
-    vlrl.errors.ConfigError: 2 problems:
+    vlrl.base.errors.ConfigError: 2 problems:
       - grid: size must be a whole number in 2..32, got 100000
       - grid: text must be true or false, got 'yes'
     """
-    from vlrl.errors import ConfigError
+    from vlrl.base.errors import ConfigError
 
     problems = option_problems(env_name, specs, values)
     if problems:
@@ -175,7 +175,7 @@ def to_data_url(image) -> str:
 
 
 def from_data_url(url: str):
-    """A data URL back to an RGB PIL image, through `vlrl.images.load_image` (size limits, clear errors)."""
-    from vlrl.images import load_image
+    """A data URL back to an RGB PIL image, through `vlrl.base.images.load_image` (size limits, clear errors)."""
+    from vlrl.base.images import load_image
 
     return load_image(url)

@@ -35,9 +35,9 @@ import collections
 import copy
 import threading
 
+from vlrl.base.errors import ConfigError, MissingExtra
 from vlrl.envs.achievements import ACHIEVEMENTS
 from vlrl.envs.base import Env, Observation, Step, parse_actions
-from vlrl.errors import ConfigError, MissingExtra
 
 # Crafter's actions, in its own order (crafter/data.yaml); checked against the installed package on first use.
 ACTIONS = ("noop", "move_left", "move_right", "move_up", "move_down", "do", "sleep", "place_stone", "place_table",

@@ -22,9 +22,9 @@ from __future__ import annotations
 import copy
 import random
 
-from vlrl.answers import FORMAT
 from vlrl.envs.achievements import crafter_report
 from vlrl.envs.crafter import ACTIONS
+from vlrl.grammar.answers import FORMAT
 
 MOVES = {(-1, 0): "move_left", (1, 0): "move_right", (0, -1): "move_up", (0, 1): "move_down"}
 WALKABLE = ("grass", "sand", "path")  # Crafter's walkable materials (crafter/data.yaml)

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import os
 
+from vlrl.base.errors import ConfigError, MissingExtra
 from vlrl.envs.base import Env, Observation, Step, parse_actions
-from vlrl.errors import ConfigError, MissingExtra
 
 # The action names Gymnasium's documentation gives for the environments it ships (which have no
 # get_action_meanings), by the family name before "-v".

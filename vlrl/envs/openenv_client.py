@@ -28,9 +28,9 @@ import urllib.error
 import urllib.request
 from typing import ClassVar
 
+from vlrl.base.errors import ConfigError, EnvError, MissingExtra
 from vlrl.envs.base import Env, Observation, Step, parse_actions
 from vlrl.envs.remote import auth_headers
-from vlrl.errors import ConfigError, EnvError, MissingExtra
 
 IMAGE_KEYS = ("image", "pixels", "frame", "rgb", "screenshot")
 TEXT_FIELDS = ("reply", "message", "text", "action", "command", "content")
@@ -191,7 +191,7 @@ class OpenEnvEnv(Env):
 
     def _picture(self, value):
         """An observation's picture: a data URL, base64 PNG/JPEG or an HxW(x3) array of numbers; never a path."""
-        from vlrl.images import BadItem, load_image
+        from vlrl.base.images import BadItem, load_image
 
         try:
             if isinstance(value, str) and not value.startswith("data:"):

@@ -12,8 +12,8 @@ import json
 import secrets
 
 import vlrl
-from vlrl.answers import FORMAT
 from vlrl.envs.sessions import EnvService, Refused, plain
+from vlrl.grammar.answers import FORMAT
 
 ACTION_SCHEMA = {"title": "VlrlAction", "type": "object", "additionalProperties": False, "required": ["reply"],
                  "properties": {"reply": {"type": "string", "description": "the model's reply: actions by name, "

@@ -13,8 +13,8 @@ import json
 import random
 from pathlib import Path
 
-from vlrl.answers import FORMAT
-from vlrl.errors import ConfigError
+from vlrl.base.errors import ConfigError
+from vlrl.grammar.answers import FORMAT
 
 POLICIES = ("random", "noop")
 

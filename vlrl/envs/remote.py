@@ -20,8 +20,8 @@ import urllib.parse
 import urllib.request
 from typing import ClassVar
 
+from vlrl.base.errors import EnvError
 from vlrl.envs.base import Env, Observation, Step, from_data_url
-from vlrl.errors import EnvError
 
 
 class RemoteEnv(Env):
@@ -85,7 +85,7 @@ class RemoteEnv(Env):
             self.session = None
 
     def _observation(self, data: dict) -> Observation:
-        from vlrl.images import BadItem
+        from vlrl.base.images import BadItem
 
         try:
             image = None if data.get("image") is None else from_data_url(data["image"])

@@ -45,8 +45,8 @@ try:  # at module level: FastAPI reads the routes' annotations (strings here) fr
 except ImportError:  # the envs extra is missing; create_app says so
     Request = WebSocket = None
 
+from vlrl.base.errors import EnvError, MissingExtra
 from vlrl.envs.sessions import IDLE_S, MAX_SESSIONS, MAX_STEPS, EnvService, Refused, plain
-from vlrl.errors import EnvError, MissingExtra
 
 MAX_BODY = 1 << 20  # a reply of a few thousand tokens is ~20 kB; anything near 1 MB is a mistake
 API_KEY_VARIABLE = "ENVIRONMENT_API_KEY"

@@ -18,9 +18,9 @@ import secrets
 import threading
 import time
 
+from vlrl.base.errors import VlrlError
 from vlrl.envs import make
 from vlrl.envs.base import Observation, to_data_url
-from vlrl.errors import VlrlError
 
 MAX_SESSIONS = 64
 MAX_STEPS = 100_000  # steps of one episode (Crafter's whole episode is 10,000); past it the episode must reset

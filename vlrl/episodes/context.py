@@ -21,8 +21,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from vlrl.answers import FORMAT
 from vlrl.envs.base import from_data_url, to_data_url
+from vlrl.grammar.answers import FORMAT
 
 DROPPED = "[earlier image]"  # what an image dropped from the context becomes: the turn keeps its place
 SYSTEM = "You act in a visual environment, one turn at a time: answer each observation with your next action."

@@ -12,11 +12,11 @@ A record:
      max_turns, max_new_tokens}
 
 With `temperature` 0 the episodes are greedy; above 0 they are sampled with a seed fixed per batch, so the same
-policy on the same seeds draws the same episodes. Comparing two evals is `vlrl.episodes.compare`.
+policy on the same seeds draws the same episodes. Comparing two evals is `vlrl.evaluation.episode_compare`.
 
 `sample` plays K sampled episodes of each world (`[eval] samples = K`) into one record per world whose `draws` are
 its episodes, {success as `correct`, return, achievements, invalid actions, length}: success@k and achievements@k
-(`vlrl.passk`), the episode analogue of pass@k.
+(`vlrl.evaluation.passk`), the episode analogue of pass@k.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import json
 import time
 from pathlib import Path
 
+from vlrl.base.errors import EvalError
+from vlrl.base.progress import Progress
 from vlrl.envs.achievements import crafter_report, record_achievements
 from vlrl.episodes.rollout import Episode, Settings, play, summary
-from vlrl.errors import EvalError
-from vlrl.progress import Progress
-from vlrl.records import drop_torn_tail, read_records
+from vlrl.evaluation.records import drop_torn_tail, read_records
 
 SAMPLING_SEED = 7_919  # seeds a sampled eval's draws (with the batch's first seed)
 SETTINGS = ("temperature", "max_turns", "max_new_tokens")  # a resumed eval must match these

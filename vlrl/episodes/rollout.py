@@ -26,9 +26,10 @@ import functools
 import time
 from dataclasses import dataclass, field, replace
 
-from vlrl import engine, prompts
+from vlrl import engine
 from vlrl.episodes.context import Settings, assistant_message, cap_context, observation_message, opening
 from vlrl.episodes.tokens import Contexts
+from vlrl.model import prompts
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
 CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context grows every turn, and each length compiles
@@ -90,7 +91,7 @@ def seeds_for(config, part: str) -> list[int]:
     >>> seeds_for(c, "eval"), seeds_for(c, "train")
     ([0, 1, 2], [1000000, 1000001])
     """
-    from vlrl.sections import ENV_SEEDS
+    from vlrl.config.sections import ENV_SEEDS
 
     count = config.env.eval_seeds if part == "eval" else config.env.train_seeds
     return [ENV_SEEDS[part] + i for i in range(count)]

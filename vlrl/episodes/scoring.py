@@ -12,20 +12,20 @@ context, token for token, does not extend the previous one.
 The forward runs the language model's backbone once per segment and the output layer only at the reply tokens, in
 chunks over the vocabulary (TRL's `_ChunkedLogProbFunction`, which recomputes them in the backward), so a 16-turn
 Crafter episode scores 4,096 reply tokens without its [tokens x vocabulary] logits in memory. The tokens rollouts
-never sample (image and video placeholders) are masked as `vlrl.mismatch.masked` masks them: far below any logit.
+never sample (image and video placeholders) are masked as `vlrl.training.mismatch.masked` masks them: far below any logit.
 """
 
 from __future__ import annotations
 
 import torch
 
-from vlrl.prompts import MASKED_LOGIT, Tokenized, extends, mask_tokens, token_batch
+from vlrl.model.prompts import MASKED_LOGIT, Tokenized, extends, mask_tokens, token_batch
 
 VOCAB_CHUNK = 8192  # output-layer rows per chunk (TRL's own for its chunked log-probs)
 
 
 def segments(rows: list[dict]) -> list[list[dict]]:
-    """Consecutive turn rows (`vlrl.episodes.trainer.turn_rows`: "episode", "prompt", "reply_ids") grouped into
+    """Consecutive turn rows (`vlrl.training.episode_trainer.turn_rows`: "episode", "prompt", "reply_ids") grouped into
     segments: each row of a segment is the same episode's next turn, its context extending the row before's.
 
     >>> t = [{"episode": 0, "prompt": Tokenized([1]), "reply_ids": [2]}, {"episode": 0, "prompt": Tokenized([1, 2, 5]),
@@ -83,7 +83,7 @@ def reply_logps(model, merged: dict, reply_mask: torch.Tensor, *, temperature: f
     scale, cap = getattr(text, "logit_scale", None) or 1.0, getattr(text, "final_logit_softcapping", None)
     if type(head) is torch.nn.Linear:
         bias = head.bias
-        if suppressed:  # as `vlrl.mismatch.masked`: the placeholders' logits far below any other (exp() of them is 0)
+        if suppressed:  # as `vlrl.training.mismatch.masked`: the placeholders' logits far below any other (exp() of them is 0)
             bias = torch.zeros(head.weight.shape[0], device=hidden.device) if bias is None \
                 else bias.detach().float().clone()  # never the layer's own bias, changed in place
             bias[list(suppressed)] += MASKED_LOGIT

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 
 from vlrl.episodes.context import to_processor
-from vlrl.prompts import Tokenized
+from vlrl.model.prompts import Tokenized
 
 MARK = "\ue000"  # a private-use character: a reply's place in the rendered text
 

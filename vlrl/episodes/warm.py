@@ -5,7 +5,7 @@ scripted player's episodes (`player="scripted"`: `vlrl.envs.crafter_player`), so
 With random actions the targets are drawn uniformly, so the warm-started policy acts validly but blindly: what it gains
 in success afterwards is GSPO's. The scripted player's targets are its planned actions (wood, a table, a wood
 pickaxe, water), with its own share of random ones: what the policy reaches beyond that is GSPO's. It starts from the
-tiny preset's own warm start (`vlrl.warmstart.FORMAT_START`), which already writes the answer tags, so a few steps
+tiny preset's own warm start (`vlrl.training.warmstart.FORMAT_START`), which already writes the answer tags, so a few steps
 teach the action names. The episodes come from their own seed range (`ENV_SEEDS["warm_start"]`), and each item is the
 turn's context exactly as a rollout builds it (`vlrl.episodes.context`, the run's caps and image size).
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import random
 
-from vlrl.answers import FORMAT
+from vlrl.base.errors import DataError
+from vlrl.config.sections import ENV_SEEDS
 from vlrl.envs import env_options, make
 from vlrl.episodes.context import assistant_message, cap_context, observation_message, opening, to_processor
-from vlrl.errors import DataError
-from vlrl.sections import ENV_SEEDS
+from vlrl.grammar.answers import FORMAT
 
 REASONING = "I act."  # short: fewer tokens for the warm start to teach
 
@@ -30,7 +30,7 @@ def items(env_config, settings, *, n: int, seed: int = 0, player: str = "random"
     """`n` warm-start items from episodes of the run's environment, played with random actions or a scripted player.
 
     Args:
-        env_config: the run's `[env]` (`vlrl.sections.EnvConfig`).
+        env_config: the run's `[env]` (`vlrl.config.sections.EnvConfig`).
         settings: the run's rollout `Settings` (turn cap, image caps, image size, text on or off).
         n: items wanted.
         seed: seeds the actions and the episodes' seeds.

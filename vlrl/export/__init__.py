@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vlrl.config import EXPORT_FORMATS
-from vlrl.errors import ConfigError, ExportError
+from vlrl.base.errors import ConfigError, ExportError
+from vlrl.config.rundir import RunDir
+from vlrl.config.runfile import EXPORT_FORMATS
 from vlrl.export.adapter import (
     adapter_config,
     check_reload,
@@ -42,7 +43,6 @@ from vlrl.export.gguf import GGUF_TYPES, LLAMA_CPP_PYTHON, export_gguf, llama_cp
 from vlrl.export.gguf_structure import check_gguf_structure, gguf_name
 from vlrl.export.merged import MERGED_DTYPES, export_merged
 from vlrl.export.probe import PROBE_QUESTION, TOLERANCE, logits_gap, probe_image, probe_inputs, probe_logits
-from vlrl.rundir import RunDir
 
 __all__ = [
     "EXPORT_FORMATS", "GGUF_TYPES", "LLAMA_CPP_PYTHON", "MERGED_DTYPES", "PROBE_QUESTION", "TOLERANCE", "ExportError",

@@ -14,10 +14,10 @@ import json
 import time
 from pathlib import Path
 
-from vlrl.errors import ExportError
+from vlrl.base.errors import ExportError
 from vlrl.export.card import write_model_card
 from vlrl.export.probe import TOLERANCE, logits_gap, probe_inputs, probe_logits
-from vlrl.model import load_model
+from vlrl.model.loading import load_model
 
 RELOADED = "vlrl_reloaded"  # the adapter name the read-back copy gets while it is compared
 

@@ -1,7 +1,7 @@
 """The model card of an exported adapter (README.md): base model, data, recipe, results, checks and how to load it.
 
 Everything on the card is read from the files beside it: the adapter's adapter_config.json, and the run's
-config.toml and comparison.json (through `vlrl.rundir.RunDir`). What is not recorded is said to be unknown rather
+config.toml and comparison.json (through `vlrl.config.rundir.RunDir`). What is not recorded is said to be unknown rather
 than guessed.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from vlrl.config.rundir import RunDir
 from vlrl.export.probe import TOLERANCE
-from vlrl.rundir import RunDir
 
 
 def write_model_card(adapter_dir: str | Path, stats: dict, *, run_dir: str | Path | None = None) -> Path:

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from vlrl.cache import cache_dir as default_cache
-from vlrl.errors import ConfigError, ExportError
+from vlrl.base.cache import cache_dir as default_cache
+from vlrl.base.errors import ConfigError, ExportError
 from vlrl.export.adapter import adapter_config, verify_adapter
 from vlrl.export.gguf_structure import check_gguf_structure
 from vlrl.export.llama_check import check_with_llama_cpp, require_llama_cpp

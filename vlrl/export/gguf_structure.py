@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from vlrl.errors import ExportError
+from vlrl.base.errors import ExportError
 from vlrl.export.adapter import adapter_config
 
 # HF tensor names -> the GGUF names llama.cpp's qwen3vl text model and qwen3vl_merger projector use. Written out

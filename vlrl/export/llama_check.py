@@ -16,7 +16,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from vlrl.errors import ExportError, MissingExtra
+from vlrl.base.errors import ExportError, MissingExtra
 from vlrl.export.probe import TOLERANCE, logits_gap, probe_image, probe_inputs, probe_logits
 
 

@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vlrl.errors import ConfigError, ExportError, MissingExtra
+from vlrl.base.errors import ConfigError, ExportError, MissingExtra
 from vlrl.export.adapter import load_adapted, verify_adapter
 from vlrl.export.probe import TOLERANCE, logits_gap, probe_inputs, probe_logits
-from vlrl.model import bnb_4bit_config
+from vlrl.model.loading import bnb_4bit_config
 
 MERGED_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "4bit": "bfloat16"}
 

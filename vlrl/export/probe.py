@@ -11,8 +11,8 @@ and one number reads the same for the tiny model and an 8B one.
 
 from __future__ import annotations
 
-from vlrl.answers import FORMAT
-from vlrl.errors import ExportError
+from vlrl.base.errors import ExportError
+from vlrl.grammar.answers import FORMAT
 
 # Tolerances on the logit gap, with the gap measured on the tiny model in brackets (CPU, float32 compute;
 # bench/results/export.md): each leaves several times that margin, while a broken merge or conversion lands far

@@ -16,9 +16,9 @@ import io
 import json
 from pathlib import Path
 
-from vlrl.compare import compare, one_answer_notes, with_samples
-from vlrl.records import image_paths, read_records
-from vlrl.rundir import RunDir
+from vlrl.config.rundir import RunDir
+from vlrl.evaluation.compare import compare, one_answer_notes, with_samples
+from vlrl.evaluation.records import image_paths, read_records
 
 EMBED_MAX_SIDE = 512  # flipped items' images are shrunk to this side in the page (the files keep their size)
 
@@ -123,7 +123,7 @@ def verdict(c: dict) -> str:
 
 
 def comparison_table(c: dict) -> str:
-    """The statistics of a `vlrl.compare.compare` result: rates with Wilson intervals and McNemar p, reward means,
+    """The statistics of a `vlrl.evaluation.compare.compare` result: rates with Wilson intervals and McNemar p, reward means,
     the paired 2x2 table, the format flips, unpaired items and the breakdown by metadata."""
     rows = []
     for metric, label, p in (("accuracy", "accuracy", c["mcnemar_p"]), ("format", "format compliance",

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vlrl.config.rundir import RunDir
 from vlrl.envs.film import filmstrip
 from vlrl.report.blocks import _ids, change_rows, esc, image_uri, num, pct, table
-from vlrl.rundir import RunDir
 
 STRIP_MAX_SIDE = 2048  # a filmstrip is wide: embedded up to this width
 

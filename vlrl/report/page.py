@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from vlrl.records import read_records
+from vlrl.config.rundir import RunDir
+from vlrl.evaluation.records import read_records
 from vlrl.report.blocks import (
     STYLE,
     comparison_table,
@@ -29,7 +30,6 @@ from vlrl.report.blocks import (
 )
 from vlrl.report.episodes import achievements_at_k_table, episode_flips, episode_table, episode_verdict
 from vlrl.report.plots import plot_comparison, plot_pass_at_k, plot_training
-from vlrl.rundir import RunDir
 
 CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"  # no script, no network: the page is the data
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REWARD_PREFIX, REWARD_SUFFIX = "rewards/", "/mean"  # TRL logs each reward function's mean as rewards/<name>/mean
-# vlrl.mismatch's numbers: how far generation's log-probs are from the training forward's (log scale)
+# vlrl.training.mismatch's numbers: how far generation's log-probs are from the training forward's (log scale)
 MISMATCH = {"sampling/rollout_train_kl": "KL(rollout || train)",
             "sampling/sampling_logp_difference/mean": "mean |logp difference|"}
 
@@ -29,7 +29,7 @@ def plot_comparison(comparison: dict, path: str | Path) -> Path:
     (an episode run's comparison: its success rate, with the McNemar and return permutation p).
 
     Args:
-        comparison: what `vlrl.compare.compare` returns.
+        comparison: what `vlrl.evaluation.compare.compare` returns.
         path: the PNG to write.
     """
     plt = _pyplot()
@@ -69,7 +69,7 @@ def plot_pass_at_k(pass_at_k: dict, path: str | Path) -> Path:
     """pass@k before and after against k (log scale, k = 1..K) with 95% bootstrap intervals of each side.
 
     Args:
-        pass_at_k: the `pass_at_k` block of a comparison (`vlrl.passk.compare_pass_at_k`).
+        pass_at_k: the `pass_at_k` block of a comparison (`vlrl.evaluation.passk.compare_pass_at_k`).
         path: the PNG to write.
     """
     plt = _pyplot()

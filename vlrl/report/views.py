@@ -13,9 +13,11 @@ import json
 import re
 from pathlib import Path
 
-from vlrl import answers, prompts, rewards
-from vlrl.evaluate import question, score
-from vlrl.records import read_records
+from vlrl.config.rundir import RunDir
+from vlrl.evaluation.evaluate import question, score
+from vlrl.evaluation.records import read_records
+from vlrl.grammar import answers, rewards
+from vlrl.model import prompts
 from vlrl.report.blocks import (
     STYLE,
     comparison_table,
@@ -30,7 +32,6 @@ from vlrl.report.blocks import (
     verdict,
 )
 from vlrl.report.episodes import episode_flips, episode_strip, episode_table, episode_verdict
-from vlrl.rundir import RunDir
 
 
 class Html(str):

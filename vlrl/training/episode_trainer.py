@@ -1,0 +1,425 @@
+"""GSPO over episodes inside TRL's GRPOTrainer: the trainer that single-turn runs use, with episodes for rollouts.
+
+An episode run's training data is its training seeds (`seed_dataset`). TRL's sampler hands each process its share of a
+step's seeds, every seed `num_generations` times (a group); `EpisodeRollouts` replaces only the rollout: it plays those
+episodes (`vlrl.episodes.rollout.play`, the decoding engine recording each reply token's log-prob), gives each episode
+its return as reward and its group's advantage by TRL's own rule (`group_advantages`: the recipe's `scale_rewards`,
+failed episodes out of the statistics), and turns every assistant turn of the kept episodes into one row of TRL's batch:
+its context exactly as the model took it (token ids, images included, the in-context cap applied) as the prompt, the
+reply's token ids as the completion, the episode's advantage. The forward that scores the rows is one per segment of
+turns whose contexts extend each other (`vlrl.episodes.scoring`), not one per turn; what it gives each reply token is
+what the turn's own forward would. Everything after that is TRL's and the recipe's: the loss type and its reduction, the
+sequence-level ratio (one sequence per turn), clipping, the optimizer, schedule, warmup and weight decay, gradient
+clipping, `num_iterations` ([env] updates_per_rollout), checkpoints and exact resume, trackers, `accelerate launch`; and
+vlrl's trainer services (`vlrl.training.train.build_trainer`): train_log.jsonl, the degeneration monitor, the rollout/training
+mismatch and its correction.
+
+One thing TRL's batch cannot do is bound a forward pass's memory by tokens: a step's turns vary in number and length (a
+16-turn Crafter episode is 16 rows of ~2,000 tokens). So each micro-batch (whole segments, about as many turns in each)
+is split into passes of at most `pass_tokens` tokens (padding included), each pass's loss computed by TRL's
+`_compute_loss` and weighted so the passes add up to the micro-batch's loss under the recipe's reduction
+(`pass_weight`), the gradients of all but the last pass accumulated without a cross-process sync. Under several
+processes every process runs the same number of passes (shorter lists padded with zero-weight passes), as TRL's loss
+takes part in collective calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import torch
+from accelerate.utils import send_to_device
+
+from vlrl.base.errors import ConfigError, EnvError
+from vlrl.episodes import scoring
+from vlrl.episodes.rollout import play, summary
+from vlrl.training import dynamic_sampling as redraw
+
+# TRL's loss types by what their reduction divides by: completions (rows), completion tokens of the micro-batch,
+# or a count over the whole generation batch that every pass shares
+ROW_REDUCED = ("grpo", "dr_grpo", "sapo", "luspo")
+TOKEN_REDUCED = ("bnpo",)
+BATCH_REDUCED = ("dapo", "cispo", "vespo")
+
+
+def seed_dataset(seeds: list[int]):
+    """The training seeds as the trainer's data set: one row per seed, with a prompt only because TRL's data
+    handling expects one (the episode's real context comes from its environment)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": [{"role": "user", "content": f"episode seed {s}"}], "seed": int(s)}
+                              for s in seeds])
+
+
+def episode_return(completions, episode_return=None, **_):
+    """The reward TRL knows an episode run by: each episode's return, summed over its turns (NaN: failed)."""
+    return [float(r) for r in episode_return] if episode_return is not None else [math.nan] * len(completions)
+
+
+def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """TRL's advantage rule (GRPOTrainer, "sum_then_normalize") over episode returns: the return minus its group's
+    mean, divided by the group's std ("group") or the batch's ("batch") unless "none"; a NaN return (a failed
+    episode) stays out of the statistics and gets advantage NaN. Also returns which groups' returns are all equal.
+
+    >>> adv, flat = group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2, "none")
+    >>> adv.tolist(), flat.tolist()
+    ([0.5, -0.5, 0.0, 0.0], [False, True])
+    >>> group_advantages(torch.tensor([1.0, 0.0, float("nan"), 3.0]), 2, "none")[0].tolist()
+    [0.5, -0.5, nan, 0.0]
+    """
+    from trl.trainer.utils import nanstd
+
+    grouped = returns.view(-1, group)
+    mean = torch.nanmean(grouped, dim=1).repeat_interleave(group)
+    if scale == "batch":
+        std = nanstd(returns).expand_as(returns) if returns.numel() > 1 else torch.zeros_like(returns)
+    else:
+        std = nanstd(grouped, dim=1).repeat_interleave(group) if group > 1 else torch.zeros_like(returns)
+    advantages = returns - mean
+    if scale != "none":
+        advantages = advantages / (std + 1e-4)
+    return advantages, redraw.flat_groups(returns, group)
+
+
+def turn_rows(episodes, advantages: list[float]) -> list[dict]:
+    """Every assistant turn of the episodes with a finite advantage, as one row: which episode it is of, its context
+    as the model took it (`prompt`: `prompts.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
+    rows = []
+    for e, (episode, advantage) in enumerate(zip(episodes, advantages)):
+        if not math.isfinite(advantage):
+            continue
+        for t, ids in enumerate(episode.reply_ids):
+            if not ids:
+                continue
+            logps = episode.reply_logps[t] if t < len(episode.reply_logps) else None
+            rows.append({"episode": e, "prompt": episode.contexts[t], "reply_ids": list(ids), "logps": logps,
+                         "advantage": float(advantage)})
+    return rows
+
+
+def passes(segments: list[list[dict]], max_tokens: int) -> list[list[list[dict]]]:
+    """Consecutive segments (`vlrl.episodes.scoring.segments`) grouped into forward passes of at most `max_tokens`
+    tokens (each segment's forward right-padded to the pass's longest), one segment at least.
+
+    >>> from vlrl.model.prompts import Tokenized
+    >>> seg = lambda p, r: [{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}]
+    >>> chunks = passes([seg(90, 10), seg(280, 20), seg(150, 50), seg(800, 100)], 600)
+    >>> [[len(s[0]["reply_ids"]) for s in p] for p in chunks]
+    [[10, 20], [50], [100]]
+    """
+    out, current, width = [], [], 0
+    for segment in segments:
+        wider = max(width, scoring.tokens(segment))
+        if current and wider * (len(current) + 1) > max_tokens:
+            out.append(current)
+            current, wider = [], scoring.tokens(segment)
+        current.append(segment)
+        width = wider
+    return out + ([current] if current else [])
+
+
+def split_turns(segments: list[list[dict]], parts: int) -> list[list[list[dict]]]:
+    """`segments` in `parts` consecutive chunks of whole segments with about as many turns each (TRL splits a
+    generation batch into equal micro-batches; a segment is never cut).
+
+    >>> [[len(s) for s in c] for c in split_turns([[0] * 4, [0], [0], [0] * 2], 2)]
+    [[4], [1, 1, 2]]
+    >>> [len(c) for c in split_turns([[0]], 2)]
+    [1, 0]
+    """
+    total = sum(len(s) for s in segments)
+    out, start, done = [], 0, 0
+    for k in range(parts):
+        end = start
+        # a chunk takes each next segment whose middle turn falls within its share of the turns (at least one
+        # segment; the last chunk takes the rest), compared in integers: (done + len / 2) / total <= (k + 1) / parts
+        while end < len(segments) and (end == start or k == parts - 1
+                                       or (2 * done + len(segments[end])) * parts <= 2 * total * (k + 1)):
+            done += len(segments[end])
+            end += 1
+        out.append(segments[start:end])
+        start = end
+    return out
+
+
+def pass_weight(loss_type: str, rows: int, tokens: int, micro_rows: int, micro_tokens: int) -> float:
+    """What a pass's loss (TRL's, over the pass alone) is multiplied by so that the passes of a micro-batch add up to
+    TRL's loss over the whole micro-batch.
+
+    >>> pass_weight("dr_grpo", 2, 30, 8, 100), pass_weight("bnpo", 2, 30, 8, 100), pass_weight("dapo", 2, 30, 8, 100)
+    (0.25, 0.3, 1.0)
+    """
+    if loss_type in ROW_REDUCED:
+        return rows / max(1, micro_rows)
+    if loss_type in TOKEN_REDUCED:
+        return tokens / max(1, micro_tokens)
+    if loss_type in BATCH_REDUCED:
+        return 1.0
+    known = ", ".join(ROW_REDUCED + TOKEN_REDUCED + BATCH_REDUCED)
+    raise ConfigError(f"loss type {loss_type!r}: vlrl does not know how TRL reduces it, so an episode run cannot split "
+                      f"its micro-batches into passes; use one of {known}.")
+
+
+class EpisodeRollouts:
+    """Mixed into vlrl's GRPOTrainer (`trainer_class`): rollouts are whole episodes, each turn a row of the batch.
+    `vlrl.training.train.build_trainer` sets the environment, the play settings, the episodes played at once and the pass
+    budget."""
+
+    make_env = None  # a callable returning a fresh environment
+    play_settings = None  # `vlrl.episodes.context.Settings`
+    episodes_at_once: int = 0  # 0: a process's whole share of the step at once
+    pass_tokens: int = 16384
+    episode_log = None
+    degeneration_monitor = None
+    _played_tokens = 0  # reply tokens generated this step, redraws included
+    _merged = None  # the pass being scored: its segments' forward (`vlrl.episodes.scoring.merged_inputs`)
+    dynamic_sampling = 0  # more draws a step for groups whose returns are all equal (`vlrl.training.dynamic_sampling`)
+
+    def _prepare_inputs(self, generation_batch):
+        if not self.model.training:
+            raise ConfigError("an episode run's trainer has no evaluation loop: its evals are `vlrl.run_episodes`'.")
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            self._buffered_inputs = self._play_and_batch(generation_batch)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The micro-batch's loss, pass by pass: every pass but the last is backpropagated here, without a sync of
+        the gradients across processes; the last one's loss is returned for the trainer's own backward."""
+        earlier = 0.0
+        self._more_passes = True  # the mismatch metric is one value per step: summed until the last pass
+        try:
+            for chunk, weight in inputs["passes"][:-1]:
+                with self.accelerator.no_sync(model):
+                    loss = super().compute_loss(model, chunk) * weight
+                    self._backward(loss, num_items_in_batch)
+                earlier += loss.detach()
+        finally:
+            self._more_passes = False
+        chunk, weight = inputs["passes"][-1]
+        return super().compute_loss(model, chunk) * weight + earlier
+
+    def _backward(self, loss, num_items_in_batch) -> None:
+        """The trainer's own backward step for a loss (`transformers.Trainer.training_step`'s scaling)."""
+        if (not self.model_accepts_loss_kwargs or num_items_in_batch is None) and self.compute_loss_func is None:
+            loss = loss / self.current_gradient_accumulation_steps
+        self.accelerator.backward(loss)
+
+    # --- scoring: one forward per segment -----------------------------------------------------------------------------
+
+    def _compute_loss(self, model, inputs):
+        self._merged = inputs.get("merged")
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._merged = None
+
+    def _full_logits_logps(self, model, *args, compute_entropy=False, **kwargs):
+        """TRL's forward over prompt + completion rows, replaced while a pass is scored: its segments' forward gives
+        the same log-probs in the same layout (the rows' prompts are placeholders then)."""
+        if self._merged is None:
+            return super()._full_logits_logps(model, *args, compute_entropy=compute_entropy, **kwargs)
+        return (*self._merged_logps(model, compute_entropy), None)
+
+    _chunked_logps = _full_logits_logps  # TRL's other scoring path (`use_liger_kernel`): the same replacement
+
+    def _merged_logps(self, model, compute_entropy: bool):
+        merged = self._merged
+
+        def score(module):
+            return scoring.reply_logps(module, merged, merged["reply_mask"], temperature=self.temperature,
+                                       suppressed=self.suppressed_token_ids, autocast=self.accelerator.autocast,
+                                       compute_entropy=compute_entropy)
+
+        unwrapped = self.accelerator.unwrap_model(model)
+        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward (DDP's hooks, FSDP's
+            from trl.models.utils import _ForwardRedirection  # gathers), as TRL's own chunked path does
+
+            return _ForwardRedirection()(model, unwrapped, score, unwrapped)
+        return score(unwrapped)
+
+    # --- one rollout ------------------------------------------------------------------------------------------------
+
+    def _play_and_batch(self, generation_batch: list[dict]) -> list[dict]:
+        self._played_tokens = 0
+        episodes = self._play([int(row["seed"]) for row in generation_batch])
+        returns, mine, flat = self._advantages(episodes)
+        self._log_rollout(episodes, returns, flat)
+        if self.dynamic_sampling:
+            episodes, mine = self._redraw(episodes, mine, flat)
+        played = torch.tensor([float(self._played_tokens)], device=self.accelerator.device)
+        self._metrics["train"]["episodes/generated_tokens"].append(self.accelerator.reduce(played, "sum").item())
+        rows = turn_rows(episodes, mine)
+        if self.degeneration_monitor is not None:
+            self.degeneration_monitor.observe([r.get("reply", "") for e in episodes for r in e.turns],
+                                              [ids for e in episodes for ids in e.reply_ids])
+        return self._micro_batches(rows)
+
+    def _play(self, seeds: list[int]) -> list:
+        from trl.models import unwrap_model_for_generation
+
+        settings = replace(self.play_settings, record_logps=True)
+        started = time.perf_counter()
+        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
+                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
+              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            episodes = play(policy, self.processing_class, self.make_env, seeds, settings,
+                            batch_size=self.episodes_at_once)
+        self._rollout_seconds += time.perf_counter() - started  # the step's `rollout_time` (`vlrl.training.mismatch`)
+        self._played_tokens += sum(len(ids) for e in episodes for ids in e.reply_ids)
+        return episodes
+
+    def _advantages(self, episodes) -> tuple[torch.Tensor, list[float], torch.Tensor]:
+        """Every process's returns (gathered), this process's episodes' advantages, and which groups are flat."""
+        local = torch.tensor([e.total_return if e.status != "failed" else math.nan for e in episodes],
+                             dtype=torch.float32, device=self.accelerator.device)
+        returns = self.accelerator.gather(local)
+        advantages, flat = group_advantages(returns, self.num_generations, self.scale_rewards)
+        start = self.accelerator.process_index * len(episodes)
+        return returns, advantages[start:start + len(episodes)].tolist(), flat
+
+    def _redraw(self, episodes: list, mine: list[float], flat: torch.Tensor) -> tuple[list, list[float]]:
+        """Dynamic sampling (`vlrl.training.dynamic_sampling`): each flat group of this process's episodes replaced by a group
+        of fresh training seeds whose returns differ, up to `dynamic_sampling` more draws."""
+        group, rank = self.num_generations, self.accelerator.process_index
+        groups = len(episodes) // group
+        local_flat = flat[rank * groups:(rank + 1) * groups].tolist()
+        pool = self.train_dataset["seed"]
+        extra = 0
+        for attempt in range(1, self.dynamic_sampling + 1):
+            most = redraw.most_flat(self.accelerator, local_flat)
+            if not most:
+                break
+            chosen = [pool[i] for i in redraw.draw(most, len(pool), self.args.seed, self.state.global_step, attempt,
+                                                   rank)]
+            fresh = self._play([seed for seed in chosen for _ in range(group)])
+            extra += most  # every group drawn costs its episodes, whether or not it replaces a flat one
+            _, fresh_mine, fresh_flat = self._advantages(fresh)
+            for old, new in redraw.replacements(local_flat, fresh_flat[rank * most:(rank + 1) * most].tolist()).items():
+                episodes[old * group:(old + 1) * group] = fresh[new * group:(new + 1) * group]
+                mine[old * group:(old + 1) * group] = fresh_mine[new * group:(new + 1) * group]
+                local_flat[old] = False
+        for key, value in redraw.outcome(self.accelerator, extra, local_flat).items():
+            self._metrics["train"][key].append(value)
+        return episodes, mine
+
+    def _log_rollout(self, episodes, returns: torch.Tensor, flat: torch.Tensor) -> None:
+        s = summary(episodes)
+        counts = torch.tensor([s["episodes"], s["success_rate"] * s["episodes"], s["length_mean"] * s["episodes"],
+                               s["invalid_actions"], s["truncated"], s["failed"], s["dropped_images"],
+                               sum(len(ids) for e in episodes for ids in e.reply_ids),
+                               sum(len(e.reply_ids) for e in episodes),
+                               sum(len(ids) >= self.play_settings.max_new_tokens for e in episodes
+                                   for ids in e.reply_ids)],
+                              dtype=torch.float64, device=self.accelerator.device)
+        n, success, turns, invalid, truncated, failed, dropped, tokens, replies, clipped = \
+            self.accelerator.reduce(counts, reduction="sum").tolist()
+        metrics = self._metrics["train"]
+        kept = returns[~torch.isnan(returns)]
+        metrics["reward"].append(kept.mean().item() if kept.numel() else 0.0)
+        metrics["reward_std"].append(kept.std().item() if kept.numel() > 1 else 0.0)
+        metrics["rewards/episode_return/mean"].append(kept.mean().item() if kept.numel() else 0.0)
+        metrics["frac_reward_zero_std"].append(flat.float().mean().item())
+        metrics["rewards/success/mean"].append(success / max(1, n))
+        metrics["completions/turns_mean"].append(turns / max(1, n))
+        metrics["completions/invalid_actions"].append(invalid)
+        metrics["episodes/truncated"].append(truncated)
+        metrics["episodes/failed"].append(failed)
+        metrics["episodes/dropped_images"].append(dropped)
+        metrics["completions/mean_length"].append(tokens / max(1, replies))
+        metrics["completions/clipped_ratio"].append(clipped / max(1, replies))
+        if failed == n:
+            reasons = "; ".join(s["failures"]) or "no reason given"
+            raise EnvError(f"every episode of this step failed ({int(n)} of {int(n)}), so there is nothing to train "
+                           f"on: {reasons}. Check the environment and its [env] options with `vlrl env play`.")
+        if failed and self.episode_log is not None:
+            self.episode_log(f"{int(failed)} of {int(n)} episodes failed (trained on none of their turns): "
+                             + "; ".join(s["failures"]))
+
+    def _micro_batches(self, rows: list[dict]) -> list[dict]:
+        """The process's rows as `steps_per_generation` micro-batches of passes, each pass in TRL's batch form with its
+        weight; every process ends with the same number of passes in each micro-batch."""
+        segments = scoring.segments(rows)
+        chunks = [passes(chunk, self.pass_tokens) for chunk in split_turns(segments, self.args.steps_per_generation)]
+        counts = torch.tensor([len(c) for c in chunks], device=self.accelerator.device)
+        most = self.accelerator.gather(counts[None]).view(-1, len(chunks)).amax(dim=0).clamp(min=1).tolist()
+        tokens = self.accelerator.gather(torch.tensor(sum(len(r["reply_ids"]) for r in rows),
+                                                      device=self.accelerator.device)).sum()
+        filler = segments[:1]
+        batches = []
+        for chunk, n in zip(chunks, most):
+            turns = [[r for segment in p for r in segment] for p in chunk]
+            micro_rows, micro_tokens = sum(map(len, turns)), sum(len(r["reply_ids"]) for t in turns for r in t)
+            weighted = [(self._pass_inputs(p, tokens),
+                         pass_weight(self.loss_type, len(t), sum(len(r["reply_ids"]) for r in t), micro_rows,
+                                     micro_tokens)) for p, t in zip(chunk, turns)]
+            if n > len(chunk):  # another process has more passes here: zero-weight ones keep the calls in step
+                weighted += [(self._pass_inputs(filler, tokens), 0.0)] * (n - len(chunk))
+            batches.append({"passes": weighted})
+        return batches
+
+    def _pass_inputs(self, chosen: list[list[dict]], num_items) -> dict:
+        """One pass's turns in the form TRL's loss reads (`GRPOTrainer._generate_and_score_completions`' output):
+        replies right-padded, advantages, sampled log-probs, one placeholder token as each row's prompt, and under
+        "merged" the forward of its segments that scores them (`vlrl.episodes.scoring`). No segments (every episode
+        of this process failed): one masked row of a single pad token, scored by TRL's own forward, which trains
+        nothing."""
+        from trl.trainer.utils import pad
+
+        device = self.accelerator.device
+        pad_id = self.processing_class.tokenizer.pad_token_id
+        rows = [r for segment in chosen for r in segment]
+        if not rows:
+            one = torch.tensor([[pad_id]], device=device)
+            return {"prompt_ids": one, "prompt_mask": torch.ones_like(one), "completion_ids": one,
+                    "completion_mask": torch.zeros_like(one), "advantages": torch.zeros(1, device=device),
+                    "num_items_in_batch": num_items}
+        replies = [torch.tensor(r["reply_ids"]) for r in rows]
+        completion_ids = pad(replies, padding_value=pad_id, padding_side="right")
+        reply_mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
+        completion_mask = reply_mask
+        if self.mask_truncated_completions:  # as TRL: a reply cut at the budget (no stop token) trains nothing
+            ends = {*self.eos_token_ids, pad_id}
+            completion_mask = reply_mask * torch.tensor([[int(r["reply_ids"][-1] in ends)] for r in rows])
+        placeholder = torch.full((len(rows), 1), pad_id)
+        merged = scoring.merged_inputs(self.processing_class, chosen)
+        merged["reply_mask"] = reply_mask
+        out = {"prompt_ids": placeholder, "prompt_mask": torch.ones_like(placeholder),
+               "completion_ids": completion_ids, "completion_mask": completion_mask,
+               "advantages": torch.tensor([r["advantage"] for r in rows], dtype=torch.float32),
+               "num_items_in_batch": num_items, "merged": merged}
+        if all(r["logps"] is not None for r in rows):
+            out["sampling_per_token_logps"] = pad([torch.tensor(r["logps"], dtype=torch.float32) for r in rows],
+                                                  padding_value=0.0, padding_side="right")
+        out = send_to_device(out, device)
+        if self.args.gradient_accumulation_steps % (self.args.steps_per_generation * self.num_iterations):
+            out["old_per_token_logps"] = self._old_logps(out)  # the rollout policy's, fixed across its updates
+        return out
+
+    def _old_logps(self, inputs: dict) -> torch.Tensor:
+        from trl.trainer.utils import disable_gradient_checkpointing
+
+        self._merged = inputs["merged"]
+        try:
+            with torch.no_grad(), disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+                return self._merged_logps(self.model, False)[0]
+        finally:
+            self._merged = None
+
+
+def trainer_class(base: type) -> type:
+    """`base` (vlrl's GRPOTrainer class, `vlrl.training.mismatch.trainer_class`) with episode rollouts."""
+    return type(f"Episode{base.__name__}", (EpisodeRollouts, base), {"__module__": __name__})
+
+
+def checkpoint_activations(policy) -> None:
+    """On a CUDA GPU, the decoder layers recompute their activations in the backward pass (gradient checkpointing,
+    as TRL's GSPO there); on the CPU it would only cost time. `vlrl.run_episodes` calls it at load, before any
+    decoding: compiled decoding graphs guard on the flag, so turning it on between the baseline episodes and training
+    would compile every cache length's graph again (at the 2B shape on an H200, the first step's 8 sampled episodes
+    took 215 s and the 8 eval episodes after it 96 s; how much of that was compiling was not measured apart)."""
+    if next(policy.parameters()).is_cuda:
+        base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
