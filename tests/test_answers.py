@@ -298,8 +298,8 @@ def test_the_answer_grammar_has_no_import_cycle():
         return found
 
     assert vlrl_imports("values") == set()
-    assert vlrl_imports("choices") == {"values"}
-    assert vlrl_imports("answers") == {"choices", "values", "symbolic"}
+    assert vlrl_imports("choices") == {"grammar.values"}
+    assert vlrl_imports("answers") == {"grammar.choices", "grammar.values", "grammar.symbolic"}
     assert vlrl_imports("symbolic") == set()
 
 

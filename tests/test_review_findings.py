@@ -56,7 +56,7 @@ def test_the_stop_tokens_are_defined_by_the_engine_alone():
                      if any(isinstance(node, ast.Attribute) and node.attr == "eos_token_id"
                             for node in ast.walk(ast.parse(path.read_text()))))
     assert readers == ["vlrl/engine/__init__.py"], readers  # stop_ids: evals, rollouts and episode turns use it
-    evaluate = (PACKAGE / "evaluate.py").read_text()
+    evaluate = (PACKAGE / "evaluation" / "evaluate.py").read_text()
     assert "ids[:-1]" not in evaluate and "content_ids" in evaluate  # the stop token's place is the engine's rule
 
 
@@ -110,7 +110,7 @@ def test_no_module_flips_the_tokenizers_padding_side():
                      if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "padding_side"
                                                              for t in node.targets))
     assert [s.split(":")[0] for s in setters] == ["vlrl/model/loading.py"], setters
-    source = (PACKAGE / "model.py").read_text()
+    source = (PACKAGE / "model" / "loading.py").read_text()
     calls = re.findall(r"^\s+_pad_left_for_trl\(processor\)$", source, flags=re.MULTILINE)
     assert len(calls) == 2  # the transformers and Unsloth loaders, nowhere else
 
