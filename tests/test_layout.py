@@ -21,24 +21,10 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def type_checking_nodes(tree: ast.AST) -> set[int]:
-    """The ids of the import nodes under `if TYPE_CHECKING:`: names for annotations, which nothing runs."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            found |= {id(inner) for stmt in node.body for inner in ast.walk(stmt)}
-    return found
-
-
-def imports_of(path: Path, known: dict, *, type_checking: bool = True) -> set[str]:
-    """The vlrl modules `path` imports anywhere in it (top level, inside functions, and, unless `type_checking` is
-    False, under TYPE_CHECKING)."""
+def imports_of(path: Path, known: dict) -> set[str]:
+    """The vlrl modules `path` imports anywhere in it (top level, inside functions, under TYPE_CHECKING)."""
     out = set()
-    tree = ast.parse(path.read_text())
-    skipped = set() if type_checking else type_checking_nodes(tree)
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -72,7 +58,7 @@ def upward_imports(known: dict[str, Path]) -> list[str]:
     for name, path in known.items():
         if name == "vlrl":
             continue
-        for target in imports_of(path, known, type_checking=False):
+        for target in imports_of(path, known):
             if layer_of(target) > layer_of(name):
                 found.append(f"{name} ({vlrl.LAYERS[layer_of(name)][0]}) imports {target} "
                              f"({vlrl.LAYERS[layer_of(target)][0]})")
@@ -122,13 +108,13 @@ def test_a_moved_module_imports_under_its_old_name_with_a_warning(old):
 
 
 def test_public_names_import_without_a_warning(recwarn):
-    from vlrl.model import load_model
     from vlrl.recipe import gspo_config
     from vlrl.rewards import format_reward
 
     import vlrl.config.recipe
     import vlrl.grammar.rewards
     import vlrl.model.loading
+    from vlrl.model import load_model
 
     assert format_reward is vlrl.grammar.rewards.format_reward and gspo_config is vlrl.config.recipe.gspo_config
     assert load_model is vlrl.model.loading.load_model

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from vlrl.base import synthetic
 from vlrl.base.errors import DataError
@@ -22,9 +21,6 @@ from vlrl.data.loaders import load_generic, load_geo3k, load_mathvista, load_vir
 from vlrl.data.report import DataReport
 from vlrl.data.sources import VIRL39K_TABLE
 from vlrl.data.splits import training_on_test_warning
-
-if TYPE_CHECKING:
-    from vlrl.config.runfile import DataConfig, EvalConfig
 
 # The loaders of a data source, by the names `loader_name` gives (and `vlrl data inspect --loader` takes). The generic
 # loader is never guessed from a name, since it needs the source's column names.
@@ -75,8 +71,9 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
     return rows, DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size)
 
 
-def load_rows(data_config: DataConfig, *, return_report: bool = False):
-    """Canonical rows for a run's `[data]` table: generated items (a list), or MathVista / geo3k / ViRL39K (a Dataset).
+def load_rows(data_config, *, return_report: bool = False):
+    """Canonical rows for a run's `[data]` table (`data_config`: a `vlrl.config.DataConfig`, which sits in a layer
+    above this one, hence no annotation): generated items (a list), or MathVista / geo3k / ViRL39K (a Dataset).
 
     The loader is `[data] loader`, or with "auto" the one `loader_name` picks for `data_config.source`; `[data]
     columns` names the source's own columns (`column_options`). With `return_report`, also the `DataReport` of the
@@ -108,8 +105,8 @@ def column_options(columns: dict) -> dict:
     return {keys[k]: (v,) if k == "image" else v for k, v in columns.items()}
 
 
-def load_eval_rows(eval_config: EvalConfig, image_size: int, *, return_report: bool = False):
-    """Every item of a run's `[eval] source` / `split` (a Dataset), answers of any kind kept (MathVista's
+def load_eval_rows(eval_config, image_size: int, *, return_report: bool = False):
+    """Every item of a run's `[eval] source` / `split` (`eval_config`: a `vlrl.config.EvalConfig`) as a Dataset, answers of any kind kept (MathVista's
     multi-choice and text items count: the answer grammar scores them), pictures at the training `image_size`.
 
     Raises:
