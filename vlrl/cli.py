@@ -174,16 +174,22 @@ def cmd_compare(args) -> int:
     from vlrl.base.errors import EvalError
     from vlrl.evaluation.compare import compare, summary, with_samples
 
-    for path in (args.before, args.after):
-        if os.path.isdir(path):
-            example = os.path.join(path, "eval_before.jsonl")
-            raise EvalError(f"{path} is a directory; give two eval record files, such as {example} and the "
-                            "eval_after.jsonl beside it.")
-        if not os.path.exists(path):
-            raise EvalError(f"no record file at {path}; give two eval files such as RUN_DIR/eval_before.jsonl.")
     if args.output and os.path.isdir(args.output):
         raise EvalError(f"--output {args.output} is a directory; give a file path, such as "
                         f"{os.path.join(args.output, 'comparison.json')}.")
+    paths = [args.before, args.after, *args.runs]
+    if all(os.path.isdir(path) for path in paths):  # one config under several training seeds
+        return _compare_runs(paths, args)
+    if args.runs:
+        raise EvalError(f"give two eval record files, or run directories alone; {len(paths)} paths were given, "
+                        "not all of them directories.")
+    for path in paths:
+        if os.path.isdir(path):
+            example = os.path.join(path, "eval_before.jsonl")
+            raise EvalError(f"{path} is a directory; give two eval record files, such as {example} and the "
+                            "eval_after.jsonl beside it, or run directories alone to compare runs across seeds.")
+        if not os.path.exists(path):
+            raise EvalError(f"no record file at {path}; give two eval files such as RUN_DIR/eval_before.jsonl.")
     result = compare(args.before, args.after)  # damaged, mismatched or unpaired records raise EvalError themselves
     samples = args.samples or [os.path.join(os.path.dirname(path), name)  # a run's sampled evals beside its evals
                                for path, name in ((args.before, "samples_before.jsonl"),
@@ -199,6 +205,22 @@ def cmd_compare(args) -> int:
         print(f"-> {args.output}")
     else:
         print("(the whole comparison as JSON: --output comparison.json)")
+    return 0
+
+
+def _compare_runs(paths: list[str], args) -> int:
+    """`vlrl compare RUN_DIR RUN_DIR...`: each run's before/after and the pooled result across the runs."""
+    from vlrl.base.errors import EvalError
+    from vlrl.evaluation import seeds
+
+    if args.samples:
+        raise EvalError("--samples pairs two sampled eval files; it does not apply to a comparison across runs.")
+    result = seeds.compare_runs(paths)
+    print(seeds.summary(result))
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(json.dumps(result, indent=2))
+        print(f"-> {args.output}")
     return 0
 
 

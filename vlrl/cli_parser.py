@@ -31,8 +31,11 @@ COMMANDS = {
     "presets": ("The shipped presets, one a line: name, model, and the data or environment it trains on.",
                 "vlrl presets"),
     "compare": (("Before/after statistics of two eval record files paired by item id: rates with 95% intervals, the "
-                "exact paired test, flipped items. Prints a summary; --output writes the whole comparison as JSON."),
-                "vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json"),
+                "exact paired test, flipped items. Prints a summary; --output writes the whole comparison as JSON. Given "
+                "run directories alone (one config under several training seeds): each run's before/after with its "
+                "paired test, and the pooled result."),
+                ("vlrl compare runs/demo/eval_before.jsonl runs/demo/eval_after.jsonl --output comparison.json\n"
+                 "  vlrl compare runs/grid-seed0 runs/grid-seed1 runs/grid-seed2")),
     "data inspect": (("A data source as a run would load it (what was kept and skipped, and why, and a few prompts "
                      "as the model sees them), or with --config / --preset exactly the items the run trains and "
                      "evaluates on. docs/data.md gives the layouts vlrl reads."),
@@ -104,9 +107,13 @@ def parser() -> argparse.ArgumentParser:
     v.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE", help="check with this override applied")
     v.add_argument("--processes", type=int, help="check for a launch of this many processes (default: this one's)")
     _command(sub, "presets", "presets", "list the shipped presets: name, model, data or environment")
-    c = _command(sub, "compare", "compare", "before/after statistics from two eval record files")
-    c.add_argument("before", help="an eval record file, e.g. RUN_DIR/eval_before.jsonl")
-    c.add_argument("after", help="an eval record file, e.g. RUN_DIR/eval_after.jsonl")
+    c = _command(sub, "compare", "compare", "before/after statistics from two eval record files, or across the "
+                 "runs of one config under several training seeds")
+    c.add_argument("before", help="an eval record file, e.g. RUN_DIR/eval_before.jsonl; or a run directory")
+    c.add_argument("after", help="an eval record file, e.g. RUN_DIR/eval_after.jsonl; or a run directory")
+    c.add_argument("runs", nargs="*", metavar="RUN_DIR",
+                   help="more run directories: with run directories alone, each run's before/after with its paired "
+                        "test and the pooled result across the runs (one config, several training seeds)")
     c.add_argument("--samples", nargs=2, metavar=("BEFORE", "AFTER"),
                    help="two sampled eval files ([eval] samples = K) for pass@k, or for episodes success@k and "
                         "achievements@k (default: samples_before/after.jsonl beside the two eval files, if there)")

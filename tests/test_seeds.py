@@ -1,0 +1,84 @@
+"""`vlrl compare RUN_DIR RUN_DIR...`: one config's runs under several training seeds, each run's paired test and the
+pooled result (vlrl.evaluation.seeds)."""
+
+import json
+
+import pytest
+
+from vlrl import cli
+from vlrl.base.errors import EvalError
+from vlrl.base.stats import mcnemar_exact
+from vlrl.config import preset
+from vlrl.config.rundir import RunDir
+from vlrl.evaluation import seeds
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def run_dir(root, seed, before, after, ids=range(20)):
+    """A run of the tiny preset under training `seed` whose evals got `before` and `after` of the items right."""
+    run = RunDir(root / f"seed{seed}").start(preset("tiny", overrides=[f"training.seed={seed}"]))
+    for path, right in ((run.eval_before, before), (run.eval_after, after)):
+        write(path, [{"id": f"item-{i}", "correct": i in right, "format_ok": True} for i in ids])
+    return run.path
+
+
+def test_each_seed_and_the_pooled_result(tmp_path):
+    runs = [run_dir(tmp_path, 0, {0, 1}, {0, 1, *range(2, 14)}),   # 12 gained, none lost: p = 2 / 2**12
+            run_dir(tmp_path, 1, {0, 1}, {0, 2, 3}),                 # 2 gained, 1 lost
+            run_dir(tmp_path, 2, {0, 1, 2}, {0})]                    # below its baseline
+    result = seeds.compare_runs(runs)
+    assert result["metric"] == "accuracy"
+    rows = result["runs"]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    assert [round(r["gain"], 2) for r in rows] == [0.6, 0.05, -0.1]
+    assert rows[0]["p"] == mcnemar_exact(12, 0) and rows[0]["significant"]
+    assert rows[1]["p"] == mcnemar_exact(2, 1) and not rows[1]["significant"]
+    pooled = result["pooled"]
+    assert (pooled["runs"], pooled["significant"], pooled["below_baseline"]) == (3, 1, 1)
+    assert round(pooled["median_gain"], 2) == 0.05 and pooled["sign_test_p"] == mcnemar_exact(2, 1)
+    text = seeds.summary(result)
+    assert "1 of 3 runs gained significantly (p < 0.01), 1 ended below its baseline" in text
+
+
+def test_runs_of_other_items_or_without_evals_are_refused(tmp_path):
+    one = run_dir(tmp_path, 0, {0}, {1})
+    other = run_dir(tmp_path, 1, {0}, {1}, ids=range(10))
+    with pytest.raises(EvalError, match="same held-out items"):
+        seeds.compare_runs([one, other])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(EvalError, match="eval_before.jsonl"):
+        seeds.compare_runs([one, empty])
+    with pytest.raises(EvalError, match="two or more"):
+        seeds.compare_runs([one])
+
+
+def test_episode_runs_compare_their_success(tmp_path):
+    def episodes(path, successes):
+        write(path, [{"kind": "episode", "id": f"seed-{s}", "seed": s, "success": s in successes,
+                      "return": float(s in successes), "length": 1,
+                      "turns": []} for s in range(16)])
+
+    runs = []
+    for seed, after in ((0, set(range(10))), (1, set())):
+        run = RunDir(tmp_path / f"grid{seed}").start(preset("grid-tiny", overrides=[f"training.seed={seed}"]))
+        episodes(run.eval_before, {0})
+        episodes(run.eval_after, after)
+        runs.append(run.path)
+    result = seeds.compare_runs(runs)
+    assert result["metric"] == "success"
+    assert [r["significant"] for r in result["runs"]] == [True, False]
+    assert result["pooled"]["below_baseline"] == 1
+
+
+def test_the_cli_compares_run_directories(tmp_path, capsys):
+    runs = [str(run_dir(tmp_path, s, {0}, {0, *range(1, 12)})) for s in range(3)]
+    assert cli.main(["compare", *runs, "--output", str(tmp_path / "seeds.json")]) == 0
+    out = capsys.readouterr().out
+    assert "3 of 3 runs gained significantly" in out
+    assert json.loads((tmp_path / "seeds.json").read_text())["pooled"]["significant"] == 3
+    assert cli.main(["compare", runs[0], runs[1], str(tmp_path / "seed0" / "eval_after.jsonl")]) == 1
+    assert "run directories alone" in capsys.readouterr().err
