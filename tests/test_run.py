@@ -151,3 +151,33 @@ def test_a_run_that_stopped_before_any_result_leaves_no_claim(tmp_path):
     corrected.training.max_steps = 2
     assert start(corrected, run_dir).path == run_dir
     assert config.load(run_dir / "config.toml") == corrected
+
+
+@pytest.mark.slow
+def test_vlrl_eval_without_the_pictures_and_what_of_the_gain_survives(run_dir, tmp_path):
+    """`vlrl eval --images blank|shuffled`: the run's held-out items with the pictures taken away, the run's own
+    item pictures untouched; `vlrl compare` then reports the gain with and without the right picture."""
+    import shutil
+
+    from vlrl.evaluation.records import image_paths, read_records
+
+    for name in ("eval_before.jsonl", "eval_after.jsonl"):
+        shutil.copy(run_dir / name, tmp_path / name)
+    saved = {p: p.read_bytes() for p in (run_dir / "eval_images").iterdir()}
+    greedy = read_records(run_dir / "eval_before.jsonl")
+    for mode in ("blank", "shuffled"):
+        for side, extra in (("base", []), ("adapter", ["--adapter", str(run_dir / "adapter")])):
+            out = tmp_path / f"eval_{side}_{mode}.jsonl"
+            assert main(["eval", "--run-dir", str(run_dir), *extra, "--images", mode, "--output", str(out)]) == 0
+            records = read_records(out)
+            assert [r["id"] for r in records] == [r["id"] for r in greedy]  # one picture each: every item shuffles
+    assert {p: p.read_bytes() for p in (run_dir / "eval_images").iterdir()} == saved
+    assert image_paths(run_dir / "eval_images", greedy[0]["id"])
+    assert main(["compare", str(tmp_path / "eval_before.jsonl"), str(tmp_path / "eval_after.jsonl"),
+                 "--output", str(tmp_path / "comparison.json")]) == 0
+    result = json.loads((tmp_path / "comparison.json").read_text())
+    for mode in ("blank", "shuffled"):
+        check = result["without_picture"][mode]
+        assert check["n_paired"] == len(greedy)
+        assert check["gain"] == pytest.approx(result["accuracy_delta"])
+        assert 0 <= check["p_without"] <= 1 and 0 <= check["p_needs_picture"] <= 1

@@ -173,6 +173,7 @@ def cmd_compare(args) -> int:
     """Prints the comparison's summary; the whole comparison goes to --output as JSON."""
     from vlrl.base.errors import EvalError
     from vlrl.evaluation.compare import compare, summary, with_samples
+    from vlrl.evaluation.pictures import summary_lines, with_picture_checks
 
     if args.output and os.path.isdir(args.output):
         raise EvalError(f"--output {args.output} is a directory; give a file path, such as "
@@ -198,7 +199,8 @@ def cmd_compare(args) -> int:
         if not os.path.exists(path):
             raise EvalError(f"no sampled record file at {path}; give two such as RUN_DIR/samples_before.jsonl.")
     result = with_samples(result, *samples)  # pass@k; for episodes success@k and achievements@k
-    print(summary(result))
+    result = with_picture_checks(result, args.before, args.after)  # `vlrl eval --images` beside the after file
+    print("\n".join([summary(result), *summary_lines(result)]))
     if args.output:
         with open(args.output, "w") as f:
             f.write(json.dumps(result, indent=2))
@@ -250,14 +252,20 @@ def cmd_eval(args) -> int:
         policy = model.load_adapter(policy, args.adapter)
     policy = run.pack_base(config, policy, log=distributed.print_main)  # the weights the run's own evals decoded
     eval_ds = run.held_out(config, processor)  # the same items as the run's evals: a pure function of the config
-    name = ("eval_adapter" if args.adapter else "eval_base") + (f"_samples{args.samples}" if args.samples else "")
+    if args.images:  # the same items with their pictures taken away
+        from vlrl.evaluation import pictures
+
+        eval_ds = pictures.replace_pictures(eval_ds, args.images, seed=config.eval.seed, log=distributed.print_main)
+    name = (("eval_adapter" if args.adapter else "eval_base") + (f"_{args.images}" if args.images else "")
+            + (f"_samples{args.samples}" if args.samples else ""))
     output = args.output or rd.eval_file(name)
     e = config.eval
     records = sharded_eval.evaluate(policy, processor, eval_ds, output, batch_size=args.batch_size or e.batch_size,
                                     max_new_tokens=args.max_new_tokens or e.max_new_tokens, samples=args.samples,
                                     temperature=e.temperature if args.temperature is None else args.temperature,
                                     seed=e.seed if args.seed is None else args.seed,
-                                    symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images,
+                                    symbolic=config.training.reward == "symbolic",
+                                    image_dir=None if args.images else rd.eval_images,  # keep the items' own pictures
                                     thinking_budget=e.thinking_budget, log=distributed.print_main)
     distributed.print_main(f"{len(records)} records -> {output}")
     return 0

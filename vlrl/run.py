@@ -23,7 +23,7 @@ from vlrl.base import distributed
 from vlrl.base.progress import duration
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
-from vlrl.evaluation import compare, sharded_eval
+from vlrl.evaluation import compare, pictures, sharded_eval
 from vlrl.model import loading as model
 from vlrl.model import prompts
 from vlrl.training import train, warmstart
@@ -179,8 +179,9 @@ def compare_run(run: str | Path | RunDir, log=print) -> dict:
     run = RunDir.of(run)
     comparison = compare.with_samples(compare.compare(run.eval_before, run.eval_after), run.samples_before,
                                       run.samples_after)
+    comparison = pictures.with_picture_checks(comparison, run.eval_before, run.eval_after)
     run.comparison.write_text(json.dumps(comparison, indent=2))
-    log(compare.summary(comparison))
+    log("\n".join([compare.summary(comparison), *pictures.summary_lines(comparison)]))
     return comparison
 
 

@@ -1,0 +1,149 @@
+"""Does a gain need the picture? The held-out items re-scored with each picture taken away, and how much of the
+before/after gain survives.
+
+    vlrl eval --run-dir R --images blank                       # the base model   -> R/eval_base_blank.jsonl
+    vlrl eval --run-dir R --adapter R/adapter --images blank   # the trained one  -> R/eval_adapter_blank.jsonl
+    vlrl compare R/eval_before.jsonl R/eval_after.jsonl        # + "without the picture (blank)" when both are there
+
+`blank` replaces every picture by a uniform mid-gray one of the same size (the same number of image tokens, no
+content); `shuffled` gives each item another item's picture (a seeded derangement among the items with as many
+pictures, so none keeps its own; an item alone with its count of pictures cannot be shuffled and is left out,
+counted). A gain that survives a blank or a wrong picture was learned from the text: the answer format, the
+answer prior of the task, a guess that happens to fit. `picture_check` measures what survives: the gain with and
+without the right picture, the exact McNemar test of the gain without it, and a paired sign-flip permutation test
+of the per-item difference between the two gains (does the gain depend on the picture?).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from vlrl.base.stats import mcnemar_exact, paired_permutation
+from vlrl.evaluation.compare import by_id
+
+MODES = ("blank", "shuffled")
+GRAY = (128, 128, 128)  # the blank picture's colour: no edges, no content, mid-range for any normalisation
+
+
+def replace_pictures(dataset, mode: str, *, seed: int = 0, log=print):
+    """`dataset` (TRL prompt rows with an `image` or `images` column) with every picture taken away as `mode` says.
+
+    Returns the new dataset; with "shuffled", rows that cannot get another row's pictures are left out and counted
+    in one log line.
+
+    >>> import datasets
+    >>> from PIL import Image
+    >>> rows = datasets.Dataset.from_list([{"id": str(i), "image": Image.new("RGB", (8, 4), (i, 0, 0))}
+    ...                                    for i in range(3)])
+    >>> blank = replace_pictures(rows, "blank")
+    >>> blank[0]["image"].size, blank[0]["image"].getpixel((0, 0))
+    ((8, 4), (128, 128, 128))
+    >>> [row["image"].getpixel((0, 0))[0] for row in replace_pictures(rows, "shuffled", seed=1)]
+    [1, 2, 0]
+    """
+    from PIL import Image
+
+    from vlrl.model.prompts import row_images
+
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r} is not one of {MODES}")
+    column = "images" if "images" in dataset.column_names else "image"
+    pictures = [row_images(row, decode=True) for row in dataset]
+    if mode == "blank":
+        new = [[Image.new("RGB", im.size, GRAY) for im in images] for images in pictures]
+        keep = list(range(len(pictures)))
+    else:
+        source = _derangement([len(images) for images in pictures], seed)
+        keep = [i for i in range(len(pictures)) if source[i] is not None]
+        left = len(pictures) - len(keep)
+        if left:
+            log(f"shuffled pictures: {left} of {len(pictures)} items left out (no other item has as many pictures)")
+        new = [pictures[source[i]] if source[i] is not None else None for i in range(len(pictures))]
+    dataset = dataset.select(keep)
+    values = [new[i] if column == "images" else (new[i][0] if new[i] else None) for i in keep]
+    # encoded by the column's own feature; a fingerprint of our own, so datasets does not hash every picture
+    return dataset.map(lambda _, i: {column: values[i]}, with_indices=True, load_from_cache_file=False,
+                       new_fingerprint=f"{dataset._fingerprint}-pictures-{mode}-{seed}", desc=f"pictures: {mode}")
+
+
+def _derangement(counts: list[int], seed: int) -> list[int | None]:
+    """For each row, another row with as many pictures (never itself; None where no such row exists).
+
+    >>> _derangement([1, 1, 2, 1], seed=0)[2] is None
+    True
+    """
+    rng = random.Random(seed)
+    source: list[int | None] = [None] * len(counts)
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(counts):
+        if n:
+            groups.setdefault(n, []).append(i)
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        shifted = rows[:]
+        rng.shuffle(shifted)
+        for a, b in zip(shifted, shifted[1:] + shifted[:1]):  # a cycle through every row: nobody keeps its own
+            source[a] = b
+    return source
+
+
+def picture_check(before, after, before_without, after_without, mode: str) -> dict:
+    """How much of the before/after gain survives without the right picture.
+
+    Args:
+        before, after: the run's eval records (or JSONL paths) of the two models, with the pictures.
+        before_without, after_without: the same models' records with the pictures taken away (`mode`).
+
+    Returns:
+        `mode`, `n_paired` (items in all four), `gain` and `gain_without` (accuracy after - before, with and without
+        the picture), `surviving_share` (gain_without / gain; None when there was no gain), `p_without` (exact
+        McNemar of the gain without the picture), `p_needs_picture` (paired sign-flip permutation test of each
+        item's gain with the picture minus its gain without).
+
+    >>> rec = lambda i, ok: {"id": i, "correct": ok, "format_ok": True}
+    >>> before, after = [rec(i, False) for i in range(10)], [rec(i, True) for i in range(10)]
+    >>> c = picture_check(before, after, before, [rec(i, i < 2) for i in range(10)], "blank")
+    >>> c["gain"], c["gain_without"], c["surviving_share"], round(c["p_needs_picture"], 4)
+    (1.0, 0.2, 0.2, 0.0078)
+    """
+    sides = [by_id(records, name) for records, name in ((before, "before"), (after, "after"),
+                                                         (before_without, f"before ({mode})"),
+                                                         (after_without, f"after ({mode})"))]
+    ids = [i for i in sides[0] if all(i in side for side in sides[1:])]
+    right = [[bool(side[i]["correct"]) for i in ids] for side in sides]
+    n = len(ids)
+    gain = (sum(right[1]) - sum(right[0])) / n if n else None
+    gain_without = (sum(right[3]) - sum(right[2])) / n if n else None
+    per_item = [(a - b) - (aw - bw) for b, a, bw, aw in zip(*right)]
+    return {"mode": mode, "n_paired": n, "gain": gain, "gain_without": gain_without,
+            "surviving_share": gain_without / gain if gain else None,
+            "p_without": mcnemar_exact(sum(not b and a for b, a in zip(right[2], right[3])),
+                                       sum(b and not a for b, a in zip(right[2], right[3]))),
+            "p_needs_picture": paired_permutation(per_item)}
+
+
+def with_picture_checks(comparison: dict, before: str | Path, after: str | Path) -> dict:
+    """`comparison` with `without_picture` ({mode: `picture_check`}) for each mode whose two evals lie beside the
+    after file (`eval_base_<mode>.jsonl` and `eval_adapter_<mode>.jsonl`, as `vlrl eval --images` writes them)."""
+    if comparison.get("kind") == "episodes":
+        return comparison
+    folder = Path(after).parent
+    checks = {}
+    for mode in MODES:
+        base, adapter = folder / f"eval_base_{mode}.jsonl", folder / f"eval_adapter_{mode}.jsonl"
+        if base.exists() and adapter.exists():
+            checks[mode] = picture_check(before, after, base, adapter, mode)
+    return {**comparison, "without_picture": checks} if checks else comparison
+
+
+def summary_lines(comparison: dict) -> list[str]:
+    """One line per picture check, as `vlrl compare` prints them."""
+    lines = []
+    for mode, c in comparison.get("without_picture", {}).items():
+        share = "n/a (no gain)" if c["surviving_share"] is None else f"{c['surviving_share']:.0%}"
+        lines.append(f"without the picture ({mode}): gain {c['gain_without']:+.1%} against {c['gain']:+.1%} with it "
+                     f"on {c['n_paired']} items, {share} of it survives (McNemar p = {c['p_without']:.3g}); the gain "
+                     f"needs the picture: paired permutation p = {c['p_needs_picture']:.3g}")
+    return lines
