@@ -43,7 +43,7 @@ def test_shuffled_is_seeded():
 
 
 def test_picture_check_against_the_counts_written_out():
-    rec = lambda i, ok: {"id": str(i), "correct": ok, "format_ok": True}  # noqa: E731
+    rec = lambda i, ok: {"id": str(i), "correct": ok, "format_ok": True}
     before = [rec(i, i < 2) for i in range(20)]                   # 2 right
     after = [rec(i, i < 12) for i in range(20)]                   # 12 right: +10 items
     before_blank = [rec(i, i < 2) for i in range(20)]             # the same 2 right without the picture
@@ -60,7 +60,7 @@ def test_picture_check_against_the_counts_written_out():
 def test_compare_finds_the_checks_beside_the_after_file(tmp_path):
     import json
 
-    rec = lambda i, ok: {"id": str(i), "correct": ok, "format_ok": True}  # noqa: E731
+    rec = lambda i, ok: {"id": str(i), "correct": ok, "format_ok": True}
     files = {"eval_before": [rec(i, False) for i in range(10)], "eval_after": [rec(i, True) for i in range(10)],
              "eval_base_shuffled": [rec(i, False) for i in range(10)],
              "eval_adapter_shuffled": [rec(i, i < 9) for i in range(10)]}
