@@ -139,3 +139,32 @@ def test_compare_reads_sampled_episodes_beside_the_evals_or_named(tmp_path, caps
     assert "2 sampled episodes of each of 3 worlds: Crafter score 0.00%" in out
     assert main(["compare", before, after, "--samples", str(tmp_path / "samples_before.jsonl"), "/nope"]) != 0
     assert "no sampled record file at /nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_vlrl_eval_decodes_on_the_runs_own_path_and_a_resume_checks_it(tmp_path, monkeypatch, capsys):
+    """`vlrl eval` decodes as the run's own evals do ([training] fast_generation), every record names the path that
+    made it (`decoder`), and a resume on another path is refused with the difference named, so one records file
+    never holds two decoders (issue 47, point 5). The static path is the GPU's; on CPU the tests run it eager."""
+    from vlrl.engine import loop
+    from vlrl.evaluation.records import read_records
+    from vlrl.model import loading
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    sizes = ["--set", "data.hold_out=3", "--set", "eval.batch_size=3", "--set", "eval.max_new_tokens=8"]
+    rd = tmp_path / "run"
+    assert main(["eval", "--preset", "tiny", "--run-dir", str(rd), *sizes]) == 0
+    cli_records = read_records(rd / "eval_base.jsonl")
+    assert {r["decoder"] for r in cli_records} == {"transformers, static cache, eager"}
+
+    config = cfg.preset("tiny", overrides=[s for s in sizes if s != "--set"])
+    policy, processor = loading.load_model(str(warmstart.model_path(config)), backend="transformers")
+    run_records = run.evaluate_policy(config, run.pack_base(config, policy, log=print), processor,
+                                      run.held_out(config, processor), rd, "before", log=lambda line: None)
+    assert [(r["decoder"], r["completion"]) for r in run_records] == \
+        [(r["decoder"], r["completion"]) for r in cli_records]
+
+    assert main(["eval", "--preset", "tiny", "--run-dir", str(rd), *sizes,
+                 "--set", "training.fast_generation=false"]) == 1
+    printed = _one_line_error(capsys, "eval")
+    assert "decoder 'transformers, static cache, eager' there, 'transformers, dynamic cache, eager' now" in printed

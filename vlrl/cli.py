@@ -236,7 +236,9 @@ def cmd_eval(args) -> int:
                                     temperature=e.temperature if args.temperature is None else args.temperature,
                                     seed=e.seed if args.seed is None else args.seed,
                                     symbolic=config.training.reward == "symbolic", image_dir=rd.eval_images,
-                                    thinking_budget=e.thinking_budget, log=distributed.print_main)
+                                    thinking_budget=e.thinking_budget,
+                                    fast_generation=config.training.fast_generation,  # the run's own evals' path
+                                    log=distributed.print_main)
     distributed.print_main(f"{len(records)} records -> {output}")
     return 0
 
