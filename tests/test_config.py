@@ -139,7 +139,8 @@ BAD_FILES = [
     ("[model]\nbackend = \"unsloth\"\n[training]\nimportance_sampling_correction = \"token\"",
      ["importance_sampling_correction = 'token'", "transformers backend", 'backend = "auto"']),
     ("[env]\nname = \"grid\"\n[training]\nimportance_sampling_correction = \"sequence\"",
-     ["importance_sampling_correction = 'sequence'", "single-turn", "episode loop"]),
+     ["importance_sampling_correction = 'sequence'", "not offered for episode runs", "until it is measured",
+      "sampling/rollout_train_kl", '"off"']),
     ("[training]\nreport_to = [\"none\", \"trackio\"]", ["report_to = ['none', 'trackio']", "mixes",
                                                     'report_to = "none"']),
 ]

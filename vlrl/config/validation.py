@@ -238,9 +238,14 @@ def _correction_problems(config: RunConfig) -> list[str]:
                             'transformers backend: Unsloth computes its own loss. Set [model] backend = "auto", or '
                             'importance_sampling_correction = "off".')
         if config.env.name:
-            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} applies "
-                            f"to single-turn runs, and [env] name = {config.env.name!r} trains with vlrl's episode "
-                            'loop; set importance_sampling_correction = "off".')
+            # Not a missing piece: the episode trainer gives TRL's batch each turn's sampling log-probs, so the
+            # mixin's correction would act on them; what is missing is the measurement that it helps there.
+            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} is not "
+                            f"offered for episode runs ([env] name = {config.env.name!r}) until it is measured on "
+                            "them: their mismatch is logged every step (sampling/rollout_train_kl), but no GPU run "
+                            "has measured it at a real shape (the 2B Crafter preset, whose turns now decode on the "
+                            'int8-repacked base). Set importance_sampling_correction = "off" and read the logged '
+                            "mismatch.")
     return problems
 
 
