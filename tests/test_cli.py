@@ -168,3 +168,40 @@ def test_vlrl_eval_decodes_on_the_runs_own_path_and_a_resume_checks_it(tmp_path,
                  "--set", "training.fast_generation=false"]) == 1
     printed = _one_line_error(capsys, "eval")
     assert "decoder 'transformers, static cache, eager' there, 'transformers, dynamic cache, eager' now" in printed
+
+
+def bench_commands() -> list[tuple[str, list[str]]]:
+    """Every `python -m vlrl ...` line of bench/*.sh (continuations joined), as (script, argv): shell variables
+    stand for one word each, `${X:+...}` (present or not) is dropped, redirections and what follows them too."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    found = []
+    for script in sorted((Path(__file__).resolve().parent.parent / "bench").glob("*.sh")):
+        text = script.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            for match in re.finditer(r"python3? -m vlrl (.*)", line):
+                words = re.split(r"\s(?:\d?>>?|\||&&|\|\||;)\s?|\s\)|\s2>&1", match.group(1))[0]
+                words = re.sub(r"\$\{\w+:\+[^}]*\}", "", words).replace('"$@"', "")
+                words = re.sub(r"\$\{?\w+\}?", "X", words)
+                found.append((script.name, shlex.split(words)))
+    return found
+
+
+def test_every_vlrl_command_in_the_bench_scripts_is_one_the_cli_takes():
+    """A bench script's `vlrl` command that the CLI refuses fails every time it runs; bench/gpu_jobs.sh's sampled
+    evals (`vlrl eval DIR --sample`) did, unnoticed (issue 47, point 10)."""
+    from vlrl.cli_parser import parser
+
+    commands = bench_commands()
+    assert len(commands) >= 10 and any(argv[0] == "eval" for _, argv in commands)
+    refused = []
+    for script, argv in commands:
+        try:
+            parser().parse_args(argv)
+        except SystemExit:
+            refused.append(f"{script}: vlrl {' '.join(argv)}")
+    assert not refused, refused
