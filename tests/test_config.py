@@ -317,3 +317,23 @@ def test_optimizer_and_lora_targets_are_checked_and_sgd_widens_the_learning_rate
         cfg.preset("tiny", overrides=["model.lora_targets=heads", "training.optim=sgdd", "training.learning_rate=5"])
     for word in ("lora_targets = 'heads'", "optim = 'sgdd'", "learning_rate = 5.0 must be in (0, 1)"):
         assert word in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("machine,optim,reason_words,precision", [
+    ({"cuda": True, "bf16": True, "bitsandbytes": True, "sharded": False}, "adamw_8bit", "8-bit AdamW states", "bf16"),
+    ({"cuda": True, "bf16": True, "bitsandbytes": False, "sharded": False}, "adamw_torch",
+     "bitsandbytes is not installed", "bf16"),
+    ({"cuda": True, "bf16": True, "bitsandbytes": True, "sharded": True}, "adamw_torch", "FSDP / ZeRO-3", "bf16"),
+    ({"cuda": True, "bf16": False, "bitsandbytes": True, "sharded": False}, "adamw_8bit", "8-bit AdamW states", "fp32"),
+    ({"cuda": False}, "adamw_torch", "no CUDA GPU", "fp32"),
+])
+def test_the_recipe_names_its_optimizer_and_precision_with_the_reason(machine, optim, reason_words, precision):
+    """Issue 47, point 9: the 8-bit AdamW and bf16 were picked from the machine without a word."""
+    from vlrl.config.recipe import machine_choices, machine_line
+
+    chosen = machine_choices(**machine)
+    assert (chosen["optim"], chosen["precision"]) == (optim, precision)
+    assert reason_words in chosen["optim_reason"] and chosen["precision_reason"]
+    line = machine_line(chosen)
+    assert f"optimizer {optim} (" in line and f"precision {precision} (" in line
+    assert machine_choices("sgd", **machine)["optim_reason"] == "[training] optim"  # the run file's choice, named

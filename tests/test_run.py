@@ -151,3 +151,18 @@ def test_a_run_that_stopped_before_any_result_leaves_no_claim(tmp_path):
     corrected.training.max_steps = 2
     assert start(corrected, run_dir).path == run_dir
     assert config.load(run_dir / "config.toml") == corrected
+
+
+def test_the_runs_first_lines_name_its_optimizer_and_precision_and_why(tiny_dir):
+    """The same run file trains with another optimizer or precision on another machine: the run says which, and why
+    (issue 47, point 9). On this CPU: AdamW in fp32."""
+    from vlrl import run
+    from vlrl.config import runfile as config
+    from vlrl.config.recipe import gspo_values
+
+    lines = []
+    run.load_policy(config.preset("tiny"), log=lines.append)
+    assert lines[:3][-1] == ("training: optimizer adamw_torch (no CUDA GPU, which bitsandbytes' 8-bit AdamW runs on); "
+                             "precision fp32 (no CUDA GPU)")
+    values = gspo_values()
+    assert (values["optim"], values["bf16"]) == ("adamw_torch", False)  # what the line says is what the recipe takes
