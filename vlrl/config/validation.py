@@ -105,9 +105,12 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
         if getattr(m, key) and m.name_or_path not in LOCAL_MODELS:
-            add(f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds "
-                f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
-                "this model needs a cold start.")
+            # the model first: a mistyped name (--set model.name_or_path=tinyy on a preset with a warm start) is
+            # more likely than a warm start asked for a checkpoint
+            add(f"[model] name_or_path = {m.name_or_path!r} is not a model vlrl builds ({', '.join(LOCAL_MODELS)}),"
+                f" and {key} = {getattr(m, key)} only applies to those: for another checkpoint set {key} = 0 "
+                f"(`vlrl sft` warm-starts one first if it needs it).{did_you_mean(m.name_or_path, LOCAL_MODELS)}")
+            break
     if m.warm_start_player not in WARM_START_PLAYERS:
         add(f"[model] warm_start_player = {m.warm_start_player!r} is unknown; choose one of "
             f"{', '.join(WARM_START_PLAYERS)}.{did_you_mean(m.warm_start_player, WARM_START_PLAYERS)}")
