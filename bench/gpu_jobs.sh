@@ -22,13 +22,21 @@ learn() {  # learn CONFIG: one learning run, its sampled evals and comparison, p
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
   timeout ${LEARN_TIMEOUT:-480} python3 -m vlrl run --config "$config" --run-dir "$dir" > /tmp/results/$name.log 2>&1
   local rc=$?
-  # the same held-out items, sampled at temperature 1, seed 0 (a run file with [eval] samples has them already)
+  # the same held-out items, one draw each at temperature 1, seed 0 (a run file with [eval] samples has them already);
+  # a step that fails is named and makes the job's rc nonzero, instead of leaving its files silently missing
   if [ -f "$dir/adapter/adapter_config.json" ] && ! grep -q "^samples = [1-9]" "$config"; then
-    python3 -m vlrl eval "$dir" --sample --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1
-    python3 -m vlrl eval "$dir" --sample --adapter "$dir/adapter" --output "$dir/eval_adapter_sampled.jsonl" \
-      >> /tmp/results/$name.log 2>&1
-    python3 -m vlrl compare "$dir/eval_base_sampled.jsonl" "$dir/eval_adapter_sampled.jsonl" \
-      --output "$dir/comparison_sampled.json" >> /tmp/results/$name.log 2>&1
+    python3 -m vlrl eval --run-dir "$dir" --samples 1 --temperature 1 --seed 0 \
+        --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1 &&
+      python3 -m vlrl eval --run-dir "$dir" --samples 1 --temperature 1 --seed 0 --adapter "$dir/adapter" \
+        --output "$dir/eval_adapter_sampled.jsonl" >> /tmp/results/$name.log 2>&1 &&
+      python3 -m vlrl compare "$dir/eval_base_sampled.jsonl" "$dir/eval_adapter_sampled.jsonl" \
+        --output "$dir/comparison_sampled.json" >> /tmp/results/$name.log 2>&1
+    local sampled_rc=$?
+    if [ $sampled_rc -ne 0 ]; then
+      echo "== $name: a sampled eval or its comparison failed (rc=$sampled_rc), see its run.log" \
+        | tee -a /tmp/results/$name.log
+      [ $rc -eq 0 ] && rc=$sampled_rc
+    fi
   fi
   cp /tmp/results/$name.log "$dir/run.log"
   tar -czf $OUT/learn_$name.tar.gz -C /tmp/learn --exclude="$name/checkpoints" --exclude="$name/adapter" "$name"

@@ -112,14 +112,14 @@ def c_vlrl(fmt: str, backend: str, group: int | None = None, bf16_atomics: bool 
         packed = PackedLinear.from_linear4bit(layer, fmt, group=group, backend=backend)
         if not bf16_atomics:
             return packed, module_bytes(packed)
-        import gemlite
+        from vlrl.engine import weights
 
         def run(x):  # gemlite's own default on Hopper: split-K partial sums added in bf16
-            gemlite.set_native_atomic_bfp16(True)
+            weights.FP32_SPLITK_SUMS = False
             try:
                 return packed(x)
             finally:
-                gemlite.set_native_atomic_bfp16(False)
+                weights.FP32_SPLITK_SUMS = True
         return run, module_bytes(packed)
     return build
 

@@ -12,12 +12,14 @@ need_apt() {  # apt-get needs root; say what to run otherwise
     echo "rewards/install.sh: '$*' is missing; install it as root: apt-get install -y $*" >&2
     exit 1
   fi
+  echo "rewards/install.sh: installing $* (apt-get)" >&2
   if [ -z "${APT_UPDATED:-}" ]; then apt-get update -qq; APT_UPDATED=1; fi
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
 }
 
 if [ ! -f node_modules/pyodide/pyodide.asm.wasm ]; then
   command -v npm >/dev/null || need_apt npm
+  echo "rewards/install.sh: fetching the Pyodide runtime (npm ci, pinned in package-lock.json) into rewards/node_modules" >&2
   npm ci --no-audit --no-fund --loglevel=error
 fi
 # The standard library as bytecode (see precompile_stdlib.mjs): rebuilt whenever the runtime is newer.

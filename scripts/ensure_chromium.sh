@@ -16,6 +16,7 @@ if [ "$(id -u)" != 0 ]; then
   echo "scripts/ensure_chromium.sh: ${missing[*]} missing; install as root: apt-get install -y ${missing[*]}" >&2
   exit 0
 fi
+echo "scripts/ensure_chromium.sh: installing ${missing[*]} (apt-get) for the tests that open pages in headless Chromium" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq "${missing[@]}" >/dev/null

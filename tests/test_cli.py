@@ -139,3 +139,69 @@ def test_compare_reads_sampled_episodes_beside_the_evals_or_named(tmp_path, caps
     assert "2 sampled episodes of each of 3 worlds: Crafter score 0.00%" in out
     assert main(["compare", before, after, "--samples", str(tmp_path / "samples_before.jsonl"), "/nope"]) != 0
     assert "no sampled record file at /nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_vlrl_eval_decodes_on_the_runs_own_path_and_a_resume_checks_it(tmp_path, monkeypatch, capsys):
+    """`vlrl eval` decodes as the run's own evals do ([training] fast_generation), every record names the path that
+    made it (`decoder`), and a resume on another path is refused with the difference named, so one records file
+    never holds two decoders (issue 47, point 5). The static path is the GPU's; on CPU the tests run it eager."""
+    from vlrl.engine import loop
+    from vlrl.evaluation.records import read_records
+    from vlrl.model import loading
+
+    monkeypatch.setattr(loop, "STATIC_ON_CPU", True)
+    sizes = ["--set", "data.hold_out=3", "--set", "eval.batch_size=3", "--set", "eval.max_new_tokens=8"]
+    rd = tmp_path / "run"
+    assert main(["eval", "--preset", "tiny", "--run-dir", str(rd), *sizes]) == 0
+    cli_records = read_records(rd / "eval_base.jsonl")
+    assert {r["decoder"] for r in cli_records} == {"transformers, static cache, eager"}
+
+    config = cfg.preset("tiny", overrides=[s for s in sizes if s != "--set"])
+    policy, processor = loading.load_model(str(warmstart.model_path(config)), backend="transformers")
+    run_records = run.evaluate_policy(config, run.pack_base(config, policy, log=print), processor,
+                                      run.held_out(config, processor), rd, "before", log=lambda line: None)
+    assert [(r["decoder"], r["completion"]) for r in run_records] == \
+        [(r["decoder"], r["completion"]) for r in cli_records]
+
+    assert main(["eval", "--preset", "tiny", "--run-dir", str(rd), *sizes,
+                 "--set", "training.fast_generation=false"]) == 1
+    printed = _one_line_error(capsys, "eval")
+    assert "decoder 'transformers, static cache, eager' there, 'transformers, dynamic cache, eager' now" in printed
+
+
+def bench_commands() -> list[tuple[str, list[str]]]:
+    """Every `python -m vlrl ...` line of bench/*.sh (continuations joined), as (script, argv): shell variables
+    stand for one word each, `${X:+...}` (present or not) is dropped, redirections and what follows them too."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    found = []
+    for script in sorted((Path(__file__).resolve().parent.parent / "bench").glob("*.sh")):
+        text = script.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            for match in re.finditer(r"python3? -m vlrl (.*)", line):
+                words = re.split(r"\s(?:\d?>>?|\||&&|\|\||;)\s?|\s\)|\s2>&1", match.group(1))[0]
+                words = re.sub(r"\$\{\w+:\+[^}]*\}", "", words).replace('"$@"', "")
+                words = re.sub(r"\$\{?\w+\}?", "X", words)
+                found.append((script.name, shlex.split(words)))
+    return found
+
+
+def test_every_vlrl_command_in_the_bench_scripts_is_one_the_cli_takes():
+    """A bench script's `vlrl` command that the CLI refuses fails every time it runs; bench/gpu_jobs.sh's sampled
+    evals (`vlrl eval DIR --sample`) did, unnoticed (issue 47, point 10)."""
+    from vlrl.cli_parser import parser
+
+    commands = bench_commands()
+    assert len(commands) >= 10 and any(argv[0] == "eval" for _, argv in commands)
+    refused = []
+    for script, argv in commands:
+        try:
+            parser().parse_args(argv)
+        except SystemExit:
+            refused.append(f"{script}: vlrl {' '.join(argv)}")
+    assert not refused, refused

@@ -181,3 +181,18 @@ def test_vlrl_eval_without_the_pictures_and_what_of_the_gain_survives(run_dir, t
         assert check["n_paired"] == len(greedy)
         assert check["gain"] == pytest.approx(result["accuracy_delta"])
         assert 0 <= check["p_without"] <= 1 and 0 <= check["p_needs_picture"] <= 1
+
+
+def test_the_runs_first_lines_name_its_optimizer_and_precision_and_why(tiny_dir):
+    """The same run file trains with another optimizer or precision on another machine: the run says which, and why
+    (issue 47, point 9). On this CPU: AdamW in fp32."""
+    from vlrl import run
+    from vlrl.config import runfile as config
+    from vlrl.config.recipe import gspo_values
+
+    lines = []
+    run.load_policy(config.preset("tiny"), log=lines.append)
+    assert lines[:3][-1] == ("training: optimizer adamw_torch (no CUDA GPU, which bitsandbytes' 8-bit AdamW runs on); "
+                             "precision fp32 (no CUDA GPU)")
+    values = gspo_values()
+    assert (values["optim"], values["bf16"]) == ("adamw_torch", False)  # what the line says is what the recipe takes

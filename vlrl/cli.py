@@ -40,7 +40,11 @@ def _config(args, default_preset: str | None = "tiny"):
 
     overrides = getattr(args, "set", None) or ()
     if getattr(args, "config", None) or getattr(args, "preset", None):
-        return cfg.resolve(config=args.config, preset_name=args.preset, overrides=overrides)
+        config = cfg.resolve(config=args.config, preset_name=args.preset, overrides=overrides)
+        note = cfg.empty_file_note(args.config, config)
+        if note:
+            print(note, file=sys.stderr)
+        return config
     if getattr(args, "run_dir", None) and RunDir(args.run_dir).config_file.exists():
         return cfg.load(RunDir(args.run_dir).config_file, overrides=overrides)
     if default_preset is None:
@@ -114,11 +118,19 @@ def cmd_train(args) -> int:
 
 
 def cmd_sft(args) -> int:
-    if args.steps is not None and args.steps < 1:
-        from vlrl.base.errors import ConfigError
+    import math
 
+    from vlrl.base.errors import ConfigError
+
+    # checked before the model loads (and before the run's sft/ directory is made)
+    if args.steps is not None and args.steps < 1:
         raise ConfigError(f"--steps {args.steps} must be at least 1; leave it out for [model] warm_start_steps "
                           "(else 150).")
+    if args.batch_size < 1:
+        raise ConfigError(f"--batch-size {args.batch_size} must be at least 1 item a step; the default is 16.")
+    if args.learning_rate is not None and not (0 < args.learning_rate < math.inf):
+        raise ConfigError(f"--learning-rate {args.learning_rate} must be a positive number, e.g. 3e-3 (the default); "
+                          "leave it out for the default.")
     config = _config(args)
     from vlrl.training.warmstart import sft_from_config
 
@@ -164,6 +176,9 @@ def cmd_validate(args) -> int:
     if problems:
         raise ConfigError(problems)
     print(f"{target}: ok (run {config.name!r}, {args.processes or world_size()} process(es))")
+    note = cfg.empty_file_note(None if args.preset else target, config)
+    if note:
+        print(f"  {note}")
     for line in checked:
         print(f"  {line}")
     return 0
@@ -266,7 +281,9 @@ def cmd_eval(args) -> int:
                                     seed=e.seed if args.seed is None else args.seed,
                                     symbolic=config.training.reward == "symbolic",
                                     image_dir=None if args.images else rd.eval_images,  # keep the items' own pictures
-                                    thinking_budget=e.thinking_budget, log=distributed.print_main)
+                                    thinking_budget=e.thinking_budget,
+                                    fast_generation=config.training.fast_generation,  # the run's own evals' path
+                                    log=distributed.print_main)
     distributed.print_main(f"{len(records)} records -> {output}")
     return 0
 

@@ -25,7 +25,8 @@ COMMANDS = {
             "vlrl sft --preset tiny --steps 150"),
     "validate": (("Check a run file or a preset without loading a model: every problem in one pass, then what is "
                   "cheap to build: the environment ([env], reset once; a server's /health) or the first rows of "
-                  "local data. The hub is never contacted."),
+                  "local data, and whether the model can load (a local directory, or a hub id cached or answered "
+                  "for by the hub: one request, no retries)."),
                  ("vlrl validate my_run.toml\n  vlrl validate --preset grid-tiny --set 'env.options={size=5}'\n  "
                   "vlrl validate qwen3-vl-8b-mathvista --processes 4")),
     "presets": ("The shipped presets, one a line: name, model, and the data or environment it trains on.",

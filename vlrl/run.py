@@ -21,6 +21,7 @@ from pathlib import Path
 from vlrl import data, export, report
 from vlrl.base import distributed
 from vlrl.base.progress import duration
+from vlrl.config import recipe
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, pictures, sharded_eval
@@ -70,6 +71,7 @@ def load_policy(config: RunConfig, log=print):
     base, processor = load_base(config, log)
     policy = pack_base(config, wrap_lora(config, base), log)
     log(f"LoRA: {model.trainable_summary(policy)}")
+    log(recipe.machine_line(recipe.machine_choices(config.training.optim)))  # same run file, other machine: other choices
     return policy, processor
 
 

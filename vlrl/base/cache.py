@@ -1,5 +1,5 @@
 """Where vlrl caches what it builds or fetches once: the tiny models and their warm starts, llama.cpp's converters;
-and whether the Hugging Face hub may be reached at all (`hub_offline`).
+and whether the Hugging Face hub may be reached at all (`hub_offline`), and the shape of its ids (`HUB_ID`).
 
 `$VLRL_CACHE` when set, else ~/.cache/vlrl; read at each call, so a test or a script may point it elsewhere after
 importing vlrl.
@@ -14,7 +14,10 @@ importing vlrl.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name, as the hub spells model and data set ids
 
 
 def cache_dir() -> Path:

@@ -1,7 +1,8 @@
 """What `vlrl validate` builds beyond the configuration's rules, where that is cheap: the run's environment (built
 from [env] and reset once; a server's /health asked, with a short timeout), and the first rows of a local data
-source ([data], [eval] source) read and converted to the canonical schema. A model is never loaded and the hub is
-never contacted, so a run file for a GPU and a hub data set still validates offline on a laptop.
+source ([data], [eval] source) read and converted to the canonical schema, and the model's name: a model vlrl
+builds, a local directory, or a hub id in the local hub cache or answered for by the hub (one request with a short
+timeout, no retries; `vlrl.model.source`). A model is never loaded and a hub data set never read.
 
     checked, problems = preflight(config.preset("grid-tiny"))
     # (["environment 'grid': built and reset to seed 0 (a 64x64 picture, 4 actions)"], [])
@@ -25,6 +26,7 @@ def preflight(config) -> tuple[list[str], list[str]]:
     """Builds what `config` names that can be built cheaply. Returns (what was checked, one line each; every problem
     found, one line each with the fix). An episode run checks its environment, a single-turn run its data."""
     checked, problems = [], []
+    _check_model(config.model.name_or_path, checked, problems)
     if config.env.name:
         _check_environment(config, checked, problems)
     else:
@@ -32,6 +34,25 @@ def preflight(config) -> tuple[list[str], list[str]]:
         if config.eval.source:
             _check_data("[eval]", config.eval.source, config.eval.split, config, checked, problems)
     return checked, problems
+
+
+# --- the model ---------------------------------------------------------------------------------------------------------
+
+def _check_model(name: str, checked: list[str], problems: list[str]) -> None:
+    """A model vlrl builds, a local directory, or a hub id in the local hub cache or answered for by the hub (one
+    request, a short timeout, no retries: `vlrl.model.source`)."""
+    from vlrl.config.sections import LOCAL_MODELS
+    from vlrl.model.source import model_source_problem
+
+    if name in LOCAL_MODELS:
+        checked.append(f"[model] name_or_path = {name!r}: a model vlrl builds (and caches) on first use")
+        return
+    problem = model_source_problem(name)
+    if problem:
+        problems.append(f"[model] name_or_path = {name!r}: {problem}")
+    else:
+        where = "a local directory" if Path(name).expanduser().is_dir() else "a hub id it can load"
+        checked.append(f"[model] name_or_path = {name!r}: {where} (not loaded here)")
 
 
 # --- the environment -------------------------------------------------------------------------------------------------
@@ -155,9 +176,26 @@ def _check_data(section: str, source: str, split: str, config, checked: list[str
         said = str(err).replace("<list> (split", "(split")  # the rows were handed over as a list: name the source
         problems.append(f"{section} source = {source!r}: its first {len(rows)} rows {said}")
         return
-    skipped = "".join(f", {n} {reason}" for reason, n in report.skipped.items())
+    skipped = "".join(f", {n} {reason} (e.g. {report.examples[reason][0]})" for reason, n in report.skipped.items())
     checked.append(f"{section} source = {source!r}: first {report.rows_read} rows read, {report.rows_kept} usable"
                    f"{skipped}")
+    if "not UTF-8" not in skipped:  # the first rows named one already; the run's data report lists them all
+        _check_encoding(section, source, split, checked)
+
+
+def _check_encoding(section: str, source: str, split: str, checked: list[str]) -> None:
+    """A JSON source's lines that are not UTF-8, over the whole file (the first rows may not reach them): `vlrl run`
+    skips each as an invalid_record; said here with the line and the fix."""
+    from vlrl.data.sources import non_utf8_lines
+
+    path = Path(source)
+    files = [path] if path.is_file() else [path / f"{split}.jsonl", path / f"{split}.json"]
+    file = next((f for f in files if f.is_file() and f.suffix in (".json", ".jsonl")), None)
+    bad = non_utf8_lines(file) if file is not None else []
+    if bad:
+        skipped = "skips them as invalid_record" if file.suffix == ".jsonl" else "refuses the file"
+        checked.append(f"{section} source = {source!r}: {len(bad)} line(s) of {file.name} not UTF-8, `vlrl run` "
+                       f"{skipped}: {bad[0]}")
 
 
 def _convert(rows: list, root: Path, source: str, split: str, config, section: str):
@@ -199,20 +237,14 @@ def first_rows(source, split: str, n: int) -> tuple[list, Path] | None:
 
 
 def _file_head(path: Path, n: int) -> list | None:
+    from itertools import islice
+
+    from vlrl.data.sources import jsonl_records, read_json_text
+
     if path.suffix == ".jsonl":
-        rows = []
-        with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        rows.append({"__invalid__": f"line {number}: {err}"})
-                if len(rows) == n:
-                    break
-        return rows
+        return list(islice(jsonl_records(path), n))  # the run's own reading: a bad line is the same counted skip
     if path.suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_json_text(path))
         if isinstance(data, dict):  # MathVista's layout: keyed by pid
             return [{"pid": pid, **record} if isinstance(record, dict) else {"__invalid__": f"pid {pid}"}
                     for pid, record in list(data.items())[:n]]

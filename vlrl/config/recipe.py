@@ -83,14 +83,13 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
     if recipe not in RECIPES:
         raise ConfigError(f"recipe {recipe!r} is unknown; choose one of {', '.join(RECIPES)}.")
     cuda = torch.cuda.is_available()
+    machine = machine_choices()
     values = dict(
         output_dir="runs/gspo",
         learning_rate=5e-6,  # RL on a 4-bit base: small steps keep the policy near the instruct model
         lr_scheduler_type="cosine",
         warmup_steps=0.1,  # a fraction below 1 is a ratio of the total steps (transformers 5); Unsloth's default
-        # 8-bit states: ~6 bytes/param less. Not under FSDP/ZeRO-3: bitsandbytes' update cannot take sharded
-        # (DTensor) parameters, which failed on 2 H200s (bench/results/multi_gpu.md)
-        optim="adamw_8bit" if cuda and _has_bitsandbytes() and not sharded_launch() else "adamw_torch",
+        optim=machine["optim"],  # the 8-bit AdamW where it can run (`machine_choices` says why, in the run's log)
         weight_decay=WEIGHT_DECAY,
         per_device_train_batch_size=8,
         gradient_accumulation_steps=4,  # 8 x 4 = 32 completions per optimizer step = 8 prompts x 4 generations
@@ -108,7 +107,7 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         save_only_model=False,  # checkpoints keep optimizer, scheduler and RNG state, so --resume is exact
         report_to="none",  # no experiment tracker unless asked ([training] report_to)
         trackio_static_space_id=False,  # with trackio: never publish the metrics as a Space on the Hub; they stay local
-        bf16=cuda and torch.cuda.is_bf16_supported(),
+        bf16=machine["precision"] == "bf16",
         fp16=False,
         gradient_checkpointing=cuda,  # saves activation memory on GPU; on CPU (tiny model) it only costs time
         # DDP (several processes): every LoRA weight takes part in each forward, so DDP need not search the graph for
@@ -142,6 +141,61 @@ def gspo_config(output_dir: str = "runs/gspo", recipe: str = "gspo", **overrides
     from trl import GRPOConfig
 
     return GRPOConfig(**gspo_values(recipe, output_dir=output_dir, **overrides))
+
+
+def machine_choices(optim: str = "", *, cuda: bool | None = None, bf16: bool | None = None,
+                    bitsandbytes: bool | None = None, sharded: bool | None = None) -> dict:
+    """The optimizer and the precision the recipe takes on this machine, each with its reason: the run says both in
+    its first lines (`machine_line`), since the same run file trains differently on a CPU, an old GPU or a GPU
+    without bitsandbytes. Unset arguments are read from the machine.
+
+    Args:
+        optim: [training] optim; "" is the recipe's AdamW (8-bit where it can run).
+        cuda, bf16, bitsandbytes, sharded: a CUDA GPU, bf16 support on it, bitsandbytes importable, an FSDP or
+            ZeRO-3 launch.
+
+    Returns:
+        {"optim", "optim_reason", "precision" ("bf16" or "fp32"), "precision_reason"}.
+
+    >>> c = machine_choices(cuda=False)
+    >>> c["optim"], c["precision"], c["precision_reason"]
+    ('adamw_torch', 'fp32', 'no CUDA GPU')
+    >>> machine_choices(cuda=True, bf16=True, bitsandbytes=False, sharded=False)["optim_reason"]
+    "bitsandbytes is not installed, which the 8-bit AdamW needs: pip install 'vlrl[gpu]'"
+    """
+    import torch
+
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    bf16 = (cuda and torch.cuda.is_bf16_supported()) if bf16 is None else bf16
+    if optim:
+        chosen, why = optim, "[training] optim"
+    elif not cuda:
+        chosen, why = "adamw_torch", "no CUDA GPU, which bitsandbytes' 8-bit AdamW runs on"
+    elif not (_has_bitsandbytes() if bitsandbytes is None else bitsandbytes):
+        chosen, why = "adamw_torch", ("bitsandbytes is not installed, which the 8-bit AdamW needs: "
+                                      "pip install 'vlrl[gpu]'")
+    elif sharded_launch() if sharded is None else sharded:
+        # bitsandbytes' update cannot take sharded (DTensor) parameters: failed on 2 H200s (bench/results/multi_gpu.md)
+        chosen, why = "adamw_torch", "an FSDP / ZeRO-3 launch, whose sharded parameters the 8-bit AdamW cannot update"
+    else:
+        chosen, why = "adamw_8bit", "8-bit AdamW states (bitsandbytes): about 6 bytes less per trainable parameter"
+    if not cuda:
+        precision, precision_why = "fp32", "no CUDA GPU"
+    elif bf16:
+        precision, precision_why = "bf16", "the GPU computes in bf16 (mixed precision; the LoRA weights stay fp32)"
+    else:
+        precision, precision_why = "fp32", "the GPU has no bf16 (before Ampere); the recipe never trains in fp16"
+    return {"optim": chosen, "optim_reason": why, "precision": precision, "precision_reason": precision_why}
+
+
+def machine_line(choices: dict) -> str:
+    """`machine_choices` as the run's log line.
+
+    >>> print(machine_line(machine_choices(cuda=False)))
+    training: optimizer adamw_torch (no CUDA GPU, which bitsandbytes' 8-bit AdamW runs on); precision fp32 (no CUDA GPU)
+    """
+    return (f"training: optimizer {choices['optim']} ({choices['optim_reason']}); precision {choices['precision']} "
+            f"({choices['precision_reason']})")
 
 
 def _has_bitsandbytes() -> bool:

@@ -33,8 +33,15 @@ class RunDir:
 
     @classmethod
     def for_config(cls, config: cfg.RunConfig, path: str | Path | None = None) -> RunDir:
-        """The run directory a command uses: `path` when given, else runs/<the config's name>."""
-        return cls(path if path is not None else RUNS / config.name)
+        """The run directory a command uses: `path` when given, else runs/<the config's name>. A path that is (or
+        lies under) a file is refused at once, before anything loads."""
+        path = Path(path) if path is not None else RUNS / config.name
+        blocking = next((p for p in (path, *path.parents) if p.exists()), None)
+        if blocking is not None and not blocking.is_dir():
+            where = "is a file" if blocking == path else f"lies under {blocking}, a file"
+            raise RunDirError(f"--run-dir {path} {where}; a run directory is a folder (made when missing): give a "
+                              f"new or existing directory, e.g. runs/{config.name}.")
+        return cls(path)
 
     @classmethod
     def of(cls, run_dir: str | Path | RunDir) -> RunDir:

@@ -185,18 +185,29 @@ def preset_summaries() -> list[dict]:
     >>> next(p for p in preset_summaries() if p["name"] == "tiny")
     {'name': 'tiny', 'model': 'tiny', 'trains_on': 'data synthetic (96 generated items)'}
     """
-    out = []
-    for name in presets():
-        c = preset(name)
-        if c.env.name:
-            trains_on = f"environment {c.env.name} ({c.env.train_seeds} training seeds, {c.env.eval_seeds} eval seeds)"
-        elif c.data.source == "synthetic":
-            trains_on = f"data synthetic ({c.data.num_items} generated items)"
-        else:
-            trains_on = f"data {c.data.source} [{c.data.split}]" + (
-                f", eval {c.eval.source} [{c.eval.split}]" if c.eval.source else "")
-        out.append({"name": name, "model": c.model.name_or_path, "trains_on": trains_on})
-    return out
+    return [{"name": name, "model": preset(name).model.name_or_path, "trains_on": trains_on(preset(name))}
+            for name in presets()]
+
+
+def trains_on(c: RunConfig) -> str:
+    """The data set or environment a configuration trains on, in a few words."""
+    if c.env.name:
+        return f"environment {c.env.name} ({c.env.train_seeds} training seeds, {c.env.eval_seeds} eval seeds)"
+    if c.data.source == "synthetic":
+        return f"data synthetic ({c.data.num_items} generated items)"
+    return f"data {c.data.source} [{c.data.split}]" + (f", eval {c.eval.source} [{c.eval.split}]" if c.eval.source
+                                                        else "")
+
+
+def empty_file_note(path: str | Path | None, config: RunConfig) -> str | None:
+    """For a run file that sets nothing (empty, or comments only), what it runs: every default, said, since an empty
+    file is more often a mistake than a choice. None for any other file."""
+    if path is None or not Path(path).is_file() or tomllib.loads(Path(path).read_text()):
+        return None
+    steps = f"{config.training.max_steps} steps" if config.training.max_steps > 0 else \
+        f"{config.training.num_train_epochs:g} epoch(s)"
+    return (f"{path} sets nothing, so it runs every default: run {config.name!r}, model {config.model.name_or_path!r}, "
+            f"{trains_on(config)}, {steps}; name a preset instead (`vlrl presets`) or set [model] and [data] in it.")
 
 
 def preset(name: str, *, overrides=(), num_processes: int | None = None) -> RunConfig:

@@ -105,9 +105,12 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
         if getattr(m, key) and m.name_or_path not in LOCAL_MODELS:
-            add(f"[model] {key} = {getattr(m, key)} only applies to the models vlrl builds "
-                f"({', '.join(LOCAL_MODELS)}), not {m.name_or_path!r}; set it to 0 and run `vlrl sft` first if "
-                "this model needs a cold start.")
+            # the model first: a mistyped name (--set model.name_or_path=tinyy on a preset with a warm start) is
+            # more likely than a warm start asked for a checkpoint
+            add(f"[model] name_or_path = {m.name_or_path!r} is not a model vlrl builds ({', '.join(LOCAL_MODELS)}),"
+                f" and {key} = {getattr(m, key)} only applies to those: for another checkpoint set {key} = 0 "
+                f"(`vlrl sft` warm-starts one first if it needs it).{did_you_mean(m.name_or_path, LOCAL_MODELS)}")
+            break
     if m.warm_start_player not in WARM_START_PLAYERS:
         add(f"[model] warm_start_player = {m.warm_start_player!r} is unknown; choose one of "
             f"{', '.join(WARM_START_PLAYERS)}.{did_you_mean(m.warm_start_player, WARM_START_PLAYERS)}")
@@ -238,9 +241,14 @@ def _correction_problems(config: RunConfig) -> list[str]:
                             'transformers backend: Unsloth computes its own loss. Set [model] backend = "auto", or '
                             'importance_sampling_correction = "off".')
         if config.env.name:
-            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} applies "
-                            f"to single-turn runs, and [env] name = {config.env.name!r} trains with vlrl's episode "
-                            'loop; set importance_sampling_correction = "off".')
+            # Not a missing piece: the episode trainer gives TRL's batch each turn's sampling log-probs, so the
+            # mixin's correction would act on them; what is missing is the measurement that it helps there.
+            problems.append(f"[training] importance_sampling_correction = {t.importance_sampling_correction!r} is not "
+                            f"offered for episode runs ([env] name = {config.env.name!r}) until it is measured on "
+                            "them: their mismatch is logged every step (sampling/rollout_train_kl), but no GPU run "
+                            "has measured it at a real shape (the 2B Crafter preset, whose turns now decode on the "
+                            'int8-repacked base). Set importance_sampling_correction = "off" and read the logged '
+                            "mismatch.")
     return problems
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 # Every reason a row can be skipped for, with what it means. DataReport counts these.
 SKIP_REASONS = {
-    "invalid_record": "the record itself is unreadable (a JSON line that does not parse, not an object)",
+    "invalid_record": "the record itself is unreadable (a JSON line that does not parse or is not UTF-8, not an "
+                      "object)",
     "missing_question": "no question text, or an empty one",
     "missing_answer": "no gold answer, or an empty one",
     "non_numeric_answer": "numeric_only: the answer (or a multi-choice option) is not a number",

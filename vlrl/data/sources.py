@@ -21,16 +21,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import zipfile
 from pathlib import Path
 
+from vlrl.base.cache import HUB_ID
 from vlrl.base.cache import cache_dir as vlrl_cache
 from vlrl.base.errors import DataError
 
 VIRL39K_REPO = "TIGER-Lab/ViRL39K"
 VIRL39K_TABLE = "39Krelease.parquet"  # beside images.zip in the hub repo; its `image` paths are images/... inside it
-HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")  # owner/name, as the hub spells data set ids  # beside images.zip in the hub repo; its `image` paths are images/... inside it
 
 
 def source_name(source) -> str:
@@ -118,7 +117,9 @@ def _json_dataset(path: Path, cache_dir):
     """
     import datasets
 
-    if not path.read_text(encoding="utf-8").strip():
+    if path.suffix == ".json":
+        read_json_text(path)  # not UTF-8: one line now (inside datasets' generator it would be wrapped in its error)
+    if not path.read_bytes().strip():
         raise DataError(f"{path} is empty; a data file holds one JSON record a line (.jsonl) or a list of records "
                         "(.json), each with question, answer and image (docs/data.md).")
     # The cache key covers the JSON file and every file beside it (the images): an edit invalidates the cache.
@@ -137,16 +138,58 @@ def _json_dataset(path: Path, cache_dir):
                         "records (.json), each with question, answer and image (docs/data.md).") from None
 
 
-def _json_records(path: str, stamp: str):
-    text = Path(path).read_text(encoding="utf-8")
-    if path.endswith(".jsonl"):
-        for number, line in enumerate(text.splitlines(), 1):
+def jsonl_records(path: str | Path):
+    """Each non-blank line of a .jsonl file as its record; a line that is not UTF-8 or not JSON as
+    `{"__invalid__": why}`, naming the line and the fix, which the canonical schema counts as an `invalid_record`
+    skip (one bad line never stops the load)."""
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                yield {"__invalid__": _not_utf8(raw, number, err)}
+                continue
             if line.strip():
                 try:
-                    yield {"record": json.loads(line)}
+                    yield json.loads(line)
                 except json.JSONDecodeError as err:
-                    yield {"record": {"__invalid__": f"line {number}: {err}"}}
+                    yield {"__invalid__": f"line {number}: {err}"}
+
+
+def non_utf8_lines(path: str | Path) -> list[str]:
+    """Each line of a text file that is not UTF-8, named as `jsonl_records` names it (the bytes only are read: cheap
+    enough for `vlrl validate` to scan a whole file)."""
+    found = []
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                found.append(_not_utf8(raw, number, err))
+    return found
+
+
+def _not_utf8(raw: bytes, number: int, err: UnicodeDecodeError) -> str:
+    return f"line {number}: not UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); save the file as UTF-8"
+
+
+def read_json_text(path: str | Path) -> str:
+    """A .json file's text; one that is not UTF-8 is a DataError naming where and the fix."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(f"{path} is not UTF-8 (byte 0x{data[err.start]:02x} on line {line}); save it as UTF-8, "
+                        "the encoding JSON files are read in.") from None
+
+
+def _json_records(path: str, stamp: str):
+    if path.endswith(".jsonl"):
+        for record in jsonl_records(path):
+            yield {"record": record}
         return
+    text = read_json_text(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

@@ -17,14 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vlrl.base import distributed
-from vlrl.engine.loop import Decoded, Decoding, cache_length, decode
+from vlrl.engine.loop import Decoded, Decoding, cache_length, decode, static_on
 from vlrl.engine.sampling import Budget
 from vlrl.engine.session import Session
 from vlrl.grammar import thinking
 from vlrl.model import prompts
 
 __all__ = ["Budget", "Completion", "Decoded", "Decoding", "Session", "cache_length", "complete", "complete_tokenized",
-           "decode", "decoding_for", "stop_ids"]
+           "decode", "decoder_of", "decoding_for", "stop_ids"]
 
 
 @dataclass
@@ -78,6 +78,24 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
                     budget=budget_of(processor, thinking_budget),
                     static=static and backend_of(model) != "unsloth", record_logps=record_logps,
                     synced=bool(distributed.sharded_launch()) and distributed.world_size() > 1)
+
+
+def decoder_of(model, decoding: Decoding) -> str:
+    """The path `decoding` takes on `model`, in words: the backend, the KV cache, compiled or eager, and the format
+    of the base's weights when the engine repacked them (`weights.pack_for_decoding`), e.g. "transformers, static
+    cache, compiled, int8 weights". Two decoders give the same records only up to floating-point noise, so eval
+    records carry it and a resumed eval checks it (`vlrl.evaluation.evaluate`)."""
+    from vlrl.engine.weights import PackedLinear
+    from vlrl.model.loading import backend_of
+
+    device = next(model.parameters()).device
+    parts = [backend_of(model)]
+    if static_on(device, decoding):
+        parts += ["static cache", "compiled" if device.type == "cuda" else "eager"]
+    else:
+        parts += ["dynamic cache", "eager"]
+    packed = {m.fmt for m in model.modules() if isinstance(m, PackedLinear)}
+    return ", ".join(parts + [f"{fmt} weights" for fmt in sorted(packed)])
 
 
 def complete(model, processor, texts: list[str], images: list[list], decoding: Decoding, *,

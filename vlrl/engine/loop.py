@@ -16,6 +16,7 @@ greedy decoding here gives `generate`'s tokens (tests/test_engine.py).
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -292,19 +293,37 @@ def _new_cache(base, length: int):
 
 
 def _compiled_forward(base):
-    """The model's forward compiled as `generate` compiles it (inductor, CUDA graphs), cached on the model. A
-    bitsandbytes 4-bit model is marked compileable: bitsandbytes >= 0.45 registers its kernels as torch ops, while
-    transformers still calls its quantizer not compileable."""
+    """The model's forward compiled as `generate` compiles it (inductor, CUDA graphs), cached on the model; the
+    process-wide settings it needs are `compile_switches`'."""
     from transformers import CompileConfig
 
-    quantizer = getattr(base, "hf_quantizer", None)
-    if quantizer is not None and not quantizer.is_compileable:
-        # Only this model's quantizer: a subclass for the one instance, so other models in the process keep the
-        # library's answer (isinstance checks still hold).
-        cls = type(quantizer)
-        quantizer.__class__ = type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     return base.get_compiled_call(CompileConfig())
+
+
+@contextlib.contextmanager
+def compile_switches(base):
+    """For the span of a compiled decode, the process-wide settings it needs, each back as it was on every way out
+    (an exception included): dynamo's recompile limit at least `RECOMPILE_LIMIT` (one graph per batch rows x cache
+    length), and a bitsandbytes 4-bit model's quantizer marked compileable (bitsandbytes >= 0.45 registers its
+    kernels as torch ops, while transformers still calls its quantizer not compileable) through a subclass for this
+    one instance, so other models in the process keep the library's answer and isinstance checks still hold."""
+    quantizer = getattr(base, "hf_quantizer", None)
+    cls, limit = type(quantizer), torch._dynamo.config.recompile_limit
+    try:
+        if quantizer is not None and not quantizer.is_compileable:
+            quantizer.__class__ = _compileable(cls)
+        torch._dynamo.config.recompile_limit = max(limit, RECOMPILE_LIMIT)
+        yield
+    finally:
+        torch._dynamo.config.recompile_limit = limit
+        if quantizer is not None:
+            quantizer.__class__ = cls
+
+
+@functools.cache
+def _compileable(cls: type) -> type:
+    # one subclass per quantizer class, the same object at every decode: a guard on the class still holds
+    return type(cls.__name__, (cls,), {"is_compileable": property(lambda self: True)})
 
 
 @contextlib.contextmanager
@@ -315,12 +334,16 @@ def _decode_mode(base, static: bool, cuda: bool, sharded: bool = False):
     (accelerate's mixed precision): the LoRA weights, kept in fp32 for the optimizer, then multiply in bf16 on the
     tensor cores instead of in fp32 (3.9 ms of a 15.5 ms step at the 8B shape, bench/results/engine.md), and the
     sampled tokens' log-probs come from the arithmetic the training forward uses; those weights rounded once per
-    decode (`half_trainables`), not in every step."""
+    decode (`half_trainables`), not in every step. The process-wide settings a decode changes (`compile_switches`,
+    gemlite's split-K sums: `vlrl.engine.weights.fp32_splitk_sums`) are back as they were when it ends, however."""
     from vlrl.engine.attention import grouped
+    from vlrl.engine.weights import fp32_splitk_sums
 
     optimize = getattr(base, "_optimize_model_for_decode", None)
     half = static and cuda and base.dtype in (torch.bfloat16, torch.float16)
     with (optimize() if optimize is not None else contextlib.nullcontext(),
+          compile_switches(base) if static and cuda else contextlib.nullcontext(),
+          fp32_splitk_sums(),
           grouped(base) if static else contextlib.nullcontext(),
           torch.autocast("cuda", dtype=base.dtype) if half else contextlib.nullcontext(),
           half_trainables(base, base.dtype) if half and not sharded else contextlib.nullcontext()):
@@ -344,18 +367,18 @@ def half_trainables(model, dtype: torch.dtype):
     torch.float32
     """
     swapped = []
-    with torch.no_grad():
-        for weight in model.parameters():
-            if not weight.requires_grad or weight.dtype != torch.float32:
-                continue
-            rounded = getattr(weight, "_vlrl_rounded", None)
-            if rounded is None or rounded.shape != weight.shape or rounded.device != weight.device \
-                    or rounded.dtype != dtype:
-                rounded = weight._vlrl_rounded = torch.empty_like(weight, dtype=dtype)
-            rounded.copy_(weight)
-            swapped.append((weight, weight.data))
-            weight.data = rounded
-    try:
+    try:  # a failure part-way (out of memory for the next buffer) puts back the weights already swapped
+        with torch.no_grad():
+            for weight in model.parameters():
+                if not weight.requires_grad or weight.dtype != torch.float32:
+                    continue
+                rounded = getattr(weight, "_vlrl_rounded", None)
+                if rounded is None or rounded.shape != weight.shape or rounded.device != weight.device \
+                        or rounded.dtype != dtype:
+                    rounded = weight._vlrl_rounded = torch.empty_like(weight, dtype=dtype)
+                rounded.copy_(weight)
+                swapped.append((weight, weight.data))
+                weight.data = rounded
         yield
     finally:
         for weight, full in swapped:

@@ -58,6 +58,7 @@ KERNEL_ROWS = 64  # rows up to which gemlite's kernels compute (decoding); beyon
 GEMV_ROWS = 2  # up to here gemlite's GEMV kernel, beyond it its split-K GEMM (its own rule for 8-bit weights)
 KERNELS = True  # False inside `without_kernels`: every packed layer through its dequantized weight
 FP32_SPLITK_SUMS = True  # gemlite's split-K sums in fp32: its output then equals the training path's (see above)
+SPLITK_SETTING = "GEMLITE_USE_NATIVE_ATOMIC_BFP16"  # where gemlite 0.6 keeps that switch (its setter has no getter)
 FORMATS = {"int8": torch.int8, "fp8": torch.float8_e4m3fn}  # weight dtype of each format
 QMAX = {"int8": 127.0, "fp8": 448.0}  # largest magnitude each format stores
 BACKENDS = ("auto", "gemlite", "torch")
@@ -111,13 +112,12 @@ class PackedLinear(torch.nn.Module):
         self._kernel_args = None
         if self.backend != "gemlite" or not self.qweight.is_cuda:
             return
-        import gemlite
         from gemlite.core import GEMLITE_MATMUL_TYPES_MAPPING, DType, GemLiteLinearTriton
+        from gemlite.triton_kernels import utils as kernels
 
-        # split-K partial sums meet in an fp32 buffer, rounded to bf16 once (gemlite's default on Hopper adds them
-        # in bf16: 3.5e-3 from the training path's result instead of 9e-5); a process-wide gemlite setting
-        if FP32_SPLITK_SUMS:
-            gemlite.set_native_atomic_bfp16(False)
+        if not hasattr(kernels, SPLITK_SETTING):  # `fp32_splitk_sums` reads and restores it there
+            raise RuntimeError(f"this gemlite keeps no {SPLITK_SETTING} in gemlite.triton_kernels.utils; vlrl is "
+                               "tested with gemlite 0.6.0.post2: pip install 'vlrl[gpu]'.")
         self._splitk = GEMLITE_MATMUL_TYPES_MAPPING["GEMM_SPLITK"]
         layer = GemLiteLinearTriton(8, group_size=self.group, in_features=self.in_features,
                                     out_features=self.out_features, input_dtype=DType.BF16, output_dtype=DType.BF16)
@@ -148,7 +148,11 @@ class PackedLinear(torch.nn.Module):
             tensors, meta = self._kernel_args
             # split-K up to 64 rows too (gemlite's own rule takes its full GEMM at 64, no faster there: kernels.md)
             kind = -1 if rows <= GEMV_ROWS else self._splitk
-            y = torch.ops.gemlite.forward_functional(x.contiguous(), None, tensors, meta, kind)
+            if torch.compiler.is_compiling():  # traced inside a decode, which holds `fp32_splitk_sums` around it
+                y = torch.ops.gemlite.forward_functional(x.contiguous(), None, tensors, meta, kind)
+            else:
+                with fp32_splitk_sums():
+                    y = torch.ops.gemlite.forward_functional(x.contiguous(), None, tensors, meta, kind)
             return y if self.bias is None else y + self.bias
         weight = self.dequantized(x.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
@@ -157,6 +161,28 @@ class PackedLinear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, format={self.fmt}, "
                 f"group={self.group}, backend={self.backend}, bias={self.bias is not None}")
+
+
+@contextlib.contextmanager
+def fp32_splitk_sums():
+    """For the span of the block (a decode, or one kernel call), gemlite's split-K partial sums meet in an fp32
+    buffer, rounded to bf16 once (gemlite's default on Hopper adds them in bf16: 3.5e-3 from the training path's
+    result instead of 9e-5), when `FP32_SPLITK_SUMS`. gemlite keeps this setting process-wide, for every gemlite layer
+    in the process, so it is put back as it was on the way out, an exception included. gemlite has a setter
+    (`set_native_atomic_bfp16`) and no getter: the value is read where 0.6 keeps it (`SPLITK_SETTING`, checked when a
+    layer is packed). Nothing to do when gemlite was never imported (no layer packed for it)."""
+    import sys
+
+    kernels = sys.modules.get("gemlite.triton_kernels.utils")
+    if not FP32_SPLITK_SUMS or kernels is None:
+        yield
+        return
+    before = getattr(kernels, SPLITK_SETTING)
+    setattr(kernels, SPLITK_SETTING, False)
+    try:
+        yield
+    finally:
+        setattr(kernels, SPLITK_SETTING, before)
 
 
 @contextlib.contextmanager

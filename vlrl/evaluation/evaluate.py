@@ -9,7 +9,7 @@ A record is one line of JSON. It carries the item's scoring columns, so it can b
     {id, question, gold, precision, question_type, choices, unit, answer_type, completion, prediction, correct,
      match, format_ok, format_reward, correctness_reward, reward, degeneration_ratio, degenerate, prompt_tokens,
      completion_tokens, finish_reason, max_new_tokens, do_sample, temperature, samples, seed, thinking_budget,
-     thinking_tokens?, thinking_closed?, thinking_cut?, metadata?}
+     decoder, thinking_tokens?, thinking_closed?, thinking_cut?, metadata?}
 
 With a thinking model (Qwen3-VL "-Thinking"), `completion` is the assistant's whole turn: when the chat template opens
 `<think>` in the prompt, that opening comes first, so a completion cut inside its thinking scores as no answer. The
@@ -126,7 +126,8 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
         thinking_budget: B > 0 caps each completion's thinking at B tokens (`vlrl.engine.Budget`); 0: none.
         fast_generation: on a CUDA GPU, decode with a static KV cache sized to each batch and compiled decoding,
             as training rollouts do (`vlrl.engine`); off: a dynamic cache, eager. The records are the same either
-            way, up to floating-point noise.
+            way, up to floating-point noise; each says which path made it (`decoder`: `vlrl.engine.decoder_of`),
+            and a resumed eval takes the same path or is refused, so one file never mixes two decoders.
         image_dir: when given, each item's images are saved there (see `save_images`) for the report.
         progress: show a progress bar.
         log: optional callable for a one-line summary (items, seconds, items/s, accuracy).
@@ -150,15 +151,15 @@ def evaluate(model, processor, dataset, output_path: str | Path, *, batch_size: 
     settings = {"max_new_tokens": max_new_tokens, "do_sample": do_sample,
                 "temperature": temperature if do_sample else None, "samples": samples,
                 "seed": seed if do_sample else None, "thinking_budget": thinking_budget}
+    decoding = engine.decoding_for(model, processor, max_new_tokens=max_new_tokens,
+                                   temperature=temperature if do_sample else 0.0, thinking_budget=thinking_budget,
+                                   static=fast_generation)
+    settings["decoder"] = engine.decoder_of(model, decoding)
     drop_torn_tail(output_path)
     existing = read_records(output_path)
     _check_settings(existing, settings, output_path)
     done = {r["id"] for r in existing}
     todo = [row for row in dataset if row["id"] not in done]
-
-    decoding = engine.decoding_for(model, processor, max_new_tokens=max_new_tokens,
-                                   temperature=temperature if do_sample else 0.0, thinking_budget=thinking_budget,
-                                   static=fast_generation)
     was_training = model.training
     model.eval()
     started = time.time()
@@ -258,10 +259,12 @@ def _is_jsonable(value) -> bool:
 
 def _check_settings(existing: list[dict], settings: dict, path: Path) -> None:
     """Resuming with other decoding settings would mix two evals in one file: refused, with the fix."""
-    # records written before these settings existed: greedy or one draw, no thinking budget
-    defaults = {"samples": 0, "seed": None, "thinking_budget": 0}
+    # records written before these settings existed: greedy or one draw, no thinking budget, decoder not recorded
+    defaults = {"samples": 0, "seed": None, "thinking_budget": 0, "decoder": "not recorded"}
     for record in existing:
         old = {k: record.get(k, defaults.get(k)) for k in settings}
         if any(k in record for k in settings) and old != settings:
-            raise EvalError(f"{path} holds records generated with {old}, and this eval asks for {settings}; "
-                             "resume with the same settings, or write to a new file.")
+            differ = ", ".join(f"{k} {old[k]!r} there, {settings[k]!r} now" for k in settings if old[k] != settings[k])
+            raise EvalError(f"{path} holds records generated with other settings ({differ}); resume with the same "
+                            "settings ([training] fast_generation and the machine choose the decoder), or write to a "
+                            "new file.")

@@ -210,6 +210,11 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         (model, processor); the processor pads on the left by default (`_pad_left_for_trl`); vlrl's own batched
         calls name their side each time (`vlrl.model.prompts.batch_inputs`), so nothing flips it afterwards.
     """
+    from vlrl.model.source import model_source_problem
+
+    problem = model_source_problem(str(name_or_path))  # at once, before transformers' download code and its retries
+    if problem:
+        raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r}: {problem}")
     backend = activate_backend(backend)
     _expandable_segments()
     try:
