@@ -275,6 +275,24 @@ def test_a_body_without_length_is_cut_at_the_limit(served):
     assert call(url + "/health")[0] == 200
 
 
+def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(served, capfd):
+    url = served()
+    host, port = url.split("//")[1].split(":")
+    session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    body = json.dumps({"session": session, "action": "up"}).encode()
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:10])
+    deadline = time.monotonic() + 2  # the server logged its ClientDisconnect at once when it did
+    seen = ""
+    while time.monotonic() < deadline and "Traceback" not in seen:
+        seen += capfd.readouterr().err
+        time.sleep(0.1)
+    assert "Traceback" not in seen and "ClientDisconnect" not in seen, seen[-500:]
+    step = call(url + "/step", "POST", {"session": session, "action": "up"})[1]  # the cut steps never ran
+    assert step["observation"]["text"] == "at 1"
+
+
 def test_steps_are_capped_and_idle_sessions_expire(served):
     url = served(options={"goal": 100}, max_steps=3, idle_s=0.5)
     session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
