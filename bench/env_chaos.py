@@ -45,7 +45,7 @@ from vlrl.envs.crafter import ACTIONS
 
 SERVER_OPTIONS = {"size": 64}  # 64 px frames: the server's and the replays' CPU fit two shared cores
 OPTION_SETS = ({"size": 64}, {"size": 96}, {"size": 64, "max_turns": 20})  # "new options" picks one
-SEEDS = (0, 1, 2, 3)  # a new Crafter world costs ~2.5 s of Python; vlrl keeps 16 fresh worlds, so a few seeds suffice
+SEEDS = (0, 1, 2)  # a new Crafter world costs ~2.5 s of Python (each server makes 6: 3 seeds, 2 sizes), then is kept
 MAX_BODY = 1 << 20
 # what a client does next, and how often (a step most of the time, every kind of trouble now and then)
 ACTS = {"step": 50, "reset_same": 6, "new_options": 4, "close": 4, "wrong_key": 5, "malformed": 8, "oversized": 3,
@@ -87,19 +87,17 @@ class Server:
             [sys.executable, "-m", "vlrl.cli", "serve-env", "crafter", "--port", str(self.port), *option],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENVIRONMENT_API_KEY": self.key})
         log.close()
-        while True:
+        self.generation += 1  # a session opened from now on is this process's
+        while self.health() is None:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the server exited with {self.process.returncode}: see {log.name}")
-            if self.health() is not None:
-                break
             time.sleep(0.1)
-        self.generation += 1
         self.down_since = None
         return time.monotonic() - started
 
     def health(self) -> dict | None:
         try:
-            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
             connection.request("GET", "/health", headers={"X-API-Key": self.key})
             answer = connection.getresponse()
             return json.loads(answer.read()) if answer.status == 200 else None
@@ -132,6 +130,7 @@ class Client:
     def __init__(self, index: int, server: Server, deadline: float, seeds: tuple = SEEDS):
         self.rng, self.server, self.deadline, self.seeds = random.Random(index), server, deadline, seeds
         self.session = self.generation = self.local = None
+        self.refused = False  # whether the last failed request never reached the server
         self.locals: dict = {}
         self.tally = {"status": collections.Counter(), "latency_ms": collections.defaultdict(list),
                       "ws": collections.Counter(), "unexpected": [], "cross": [], "closed_steps": [],
@@ -155,6 +154,7 @@ class Client:
             raw = response.read()
             connection.close()
         except (OSError, http.client.HTTPException) as err:
+            self.refused = isinstance(err, ConnectionRefusedError)  # the request never reached a server
             self.connection_error(f"{method} {path}: {type(err).__name__}: {err}")
             return None
         status = response.status
@@ -258,8 +258,10 @@ class Client:
     def step(self) -> None:
         reply = reply_of(self.rng)
         answer = self.call("POST", "/step", {"session": self.session, "action": reply}, expect=(200, 404), kind="step")
-        if answer is None:  # the step may or may not have run: this episode cannot be checked any more
+        if answer is None and not self.refused:  # the step may have run: the episode cannot be checked any more
             self.abandon()
+        elif answer is None:  # no server listened (the restart): the session is kept, and is 404 afterwards
+            return
         elif answer[0] == 404:
             self.lost("step")
         else:
@@ -496,24 +498,26 @@ def chaos(clients: int = 64, seconds: float = 300.0, restart_at: float | None = 
     threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
     for thread in threads:
         thread.start()
-    rss, sigterm = [], {}
-    next_sample = started
-    while time.monotonic() < deadline:
-        now = time.monotonic()
-        if not sigterm and now - started >= restart_at:
-            sigterm = server.terminate()
-            sigterm["at_s"] = round(now - started, 1)
-            sigterm["restart_s"] = round(server.start(), 2)
-            sigterm["down_s"] = round(time.monotonic() - now, 2)
-        if now >= next_sample:
+    rss, sigterm, stop = [], {}, threading.Event()
+
+    def sample():  # the server's RSS (and open sessions) every 2 s, through the restart too
+        while not stop.wait(2.0):
             mb, health = server.rss_mb(), server.health()
             if mb is not None:
-                rss.append([round(now - started, 1), server.generation, round(mb, 1),
+                rss.append([round(time.monotonic() - started, 1), server.generation, round(mb, 1),
                             health["sessions"] if health else None])
-            next_sample += 2.0
-        time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    time.sleep(max(0.0, started + restart_at - time.monotonic()))
+    if time.monotonic() < deadline:
+        down = time.monotonic()
+        sigterm = {"at_s": round(down - started, 1), **server.terminate()}
+        sigterm["restart_s"] = round(server.start(), 2)
+        sigterm["down_s"] = round(time.monotonic() - down, 2)
     for thread in threads:
-        thread.join(timeout=120)
+        thread.join(timeout=max(1.0, deadline - time.monotonic() + 120))
+    stop.set()
     time.sleep(0.5)
     health = server.health()
     final = server.terminate()
@@ -522,12 +526,13 @@ def chaos(clients: int = 64, seconds: float = 300.0, restart_at: float | None = 
                    log_dir=log_dir)
 
 
-def rss_growth(rss: list, warmup_s: float) -> dict:
-    """RSS growth of the server that ran longest, from just after its warm-up to its end: the medians of the first
-    and last five samples past `warmup_s` of its life."""
+def rss_growth(rss: list, warmup_s: float, seconds: float) -> dict:
+    """RSS growth of the server that ran longest, from just after its warm-up to the end of the clients' traffic:
+    the medians of the first and last five samples past `warmup_s` of its life."""
     lives = collections.defaultdict(list)
     for t, generation, mb, _ in rss:
-        lives[generation].append((t, mb))
+        if t <= seconds:
+            lives[generation].append((t, mb))
     generation, life = max(lives.items(), key=lambda item: item[1][-1][0] - item[1][0][0])
     after = [mb for t, mb in life if t - life[0][0] >= warmup_s]
     if len(after) < 10:
@@ -551,7 +556,7 @@ def summary(workers, log, rss, sigterm, final, health, **run) -> dict:
     every = [x for values in latency.values() for x in values]
     client_5xx = sum(n for code, n in status.items() if code >= 500)
     websocket = sum((t["ws"] for t in tallies), collections.Counter())
-    growth = rss_growth(rss, run["warmup_s"])
+    growth = rss_growth(rss, run["warmup_s"], run["seconds"])
     connection_errors = joined("connection_errors")
     return {
         "clients": run["clients"], "seconds": run["seconds"], "env": f"crafter {SERVER_OPTIONS}",
