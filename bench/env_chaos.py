@@ -70,6 +70,24 @@ def reply_of(rng: random.Random) -> str:
     return f"<SOLUTION>{', '.join(rng.choice(ACTIONS[:6]) for _ in range(rng.randint(1, 2)))}</SOLUTION>"
 
 
+def read_answer(sock: socket.socket) -> str:
+    """An HTTP answer read whole from `sock`: its head, then its body up to Content-Length (or until it closes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data.decode("latin-1")
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = re.search(rb"(?i)content-length:\s*(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode("latin-1")
+
+
 class Server:
     """`vlrl serve-env crafter` as a subprocess on `port` with `key`; its log in `log_dir`; `generation` counts
     starts (a session of an earlier generation is gone)."""
@@ -186,7 +204,7 @@ class Client:
                     pass
                 if not read:
                     return None
-                answer = sock.recv(65536).decode("latin-1")
+                answer = read_answer(sock)
         except OSError as err:
             self.connection_error(f"raw request: {type(err).__name__}: {err}")
             return None
@@ -370,7 +388,7 @@ class Client:
     def websocket_episode(self) -> None:
         """A whole episode over OpenEnv's WebSocket, checked step by step; now and then a malformed or oversized
         message, or a hang-up in the middle of a step."""
-        from websockets.exceptions import ConnectionClosed, InvalidStatus
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
         from websockets.sync.client import connect
 
         url = f"ws://127.0.0.1:{self.server.port}/ws"
@@ -381,8 +399,8 @@ class Client:
                 self.note("unexpected", "a WebSocket with the wrong key was accepted")
             except InvalidStatus as err:
                 ws_tally[f"handshake {err.response.status_code}"] += 1
-            except OSError as err:
-                self.connection_error(f"WebSocket: {err}")
+            except (OSError, InvalidHandshake) as err:  # no server, or one shutting down mid-handshake
+                self.connection_error(f"WebSocket: {type(err).__name__}: {err}")
             return
         options, seed = self.rng.choice(OPTION_SETS), self.rng.choice(self.seeds)
         local = self.local_game(options)
@@ -435,7 +453,7 @@ class Client:
             ws_tally[f"closed {code}"] += 1
             if code != 1009 and self.server.down_since is None:  # 1009: too big; else only while restarting
                 self.note("unexpected", f"the WebSocket closed: {err}")
-        except (OSError, InvalidStatus) as err:
+        except (OSError, InvalidHandshake) as err:  # no server, one shutting down mid-handshake, or a timeout
             self.connection_error(f"WebSocket: {type(err).__name__}: {err}")
 
     # --- the walk ------------------------------------------------------------------------------------------------
@@ -443,10 +461,12 @@ class Client:
     def run(self) -> None:
         acts, weights = list(ACTS), list(ACTS.values())
         while time.monotonic() < self.deadline:
-            if self.session is None:
-                self.open()
-                continue
-            getattr(self, self.rng.choices(acts, weights)[0])()
+            act = "open" if self.session is None else self.rng.choices(acts, weights)[0]
+            try:
+                getattr(self, act)()
+            except Exception as err:  # noqa: BLE001 -- a surprise of this client is counted, and it goes on
+                self.note("unexpected", f"the client failed in {act}: {type(err).__name__}: {err}")
+                self.session = None
         if self.session is not None:
             self.call("POST", "/close", {"session": self.session})
 
