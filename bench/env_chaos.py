@@ -37,7 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: the server subprocess runs its vlrl too
+sys.path.insert(0, str(ROOT))
 
 from vlrl.envs import make
 from vlrl.envs.base import from_data_url
@@ -103,7 +104,8 @@ class Server:
         option = [f"--set={k}={v}" for k, v in SERVER_OPTIONS.items()]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vlrl.cli", "serve-env", "crafter", "--port", str(self.port), *option],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENVIRONMENT_API_KEY": self.key})
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENVIRONMENT_API_KEY": self.key,
+                                                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
         log.close()
         self.generation += 1  # a session opened from now on is this process's
         while self.health() is None:
