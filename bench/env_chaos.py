@@ -6,6 +6,8 @@ again on the same port. Loopback only; it stops by itself.
     python bench/env_chaos.py                                  # 64 clients, 300 s -> bench/results/env_chaos.{json,md}
     python bench/env_chaos.py --clients 8 --seconds 30 --output /tmp/chaos    # a smoke run
 
+The clients are bench/chaos_client.py; tests/test_env_chaos.py runs 12 s of it with 6 clients.
+
 What it checks, beside counting requests by status code and their latency:
 - every answer is the one expected (a 4xx where the request was wrong, 200 where it was right), and every refusal
   is a JSON {"error": one line};
@@ -24,7 +26,6 @@ import collections
 import http.client
 import json
 import os
-import random
 import re
 import secrets
 import signal
@@ -38,55 +39,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: the server subprocess runs its vlrl too
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from chaos_client import OPTION_SETS, SEEDS, SERVER_OPTIONS, Client
 
 from vlrl.envs import make
-from vlrl.envs.base import from_data_url
-from vlrl.envs.crafter import ACTIONS
-
-SERVER_OPTIONS = {"size": 64}  # 64 px frames: the server's and the replays' CPU fit two shared cores
-OPTION_SETS = ({"size": 64}, {"size": 96}, {"size": 64, "max_turns": 20})  # "new options" picks one
-SEEDS = (0, 1, 2)  # a new Crafter world costs ~2.5 s of Python (each server makes 6: 3 seeds, 2 sizes), then is kept
-MAX_BODY = 1 << 20
-# what a client does next, and how often (a step most of the time, every kind of trouble now and then)
-ACTS = {"step": 50, "reset_same": 6, "new_options": 4, "close": 4, "wrong_key": 5, "malformed": 8, "oversized": 3,
-        "cut_body": 4, "hang_up": 2, "look": 6}
-WS_SHARE = 0.2  # of new episodes, played over OpenEnv's WebSocket instead of HTTP sessions
-MALFORMED = (  # (method, path, body, status): the body as bytes, or a dict where {sid} is the client's session
-    ("POST", "/reset", b"{not json", 400), ("POST", "/reset", b"[1, 2]", 400), ("POST", "/step", b"", 400),
-    ("POST", "/reset", {"seed": "three"}, 400), ("POST", "/reset", {"seed": -1}, 400),
-    ("POST", "/reset", {"seed": 1, "options": {"size": 10**6}}, 400),
-    ("POST", "/reset", {"seed": 1, "options": {"colour": "red"}}, 400),
-    ("POST", "/reset", {"seed": 1, "options": [1]}, 400), ("POST", "/step", {"action": "do"}, 400),
-    ("POST", "/step", {"session": "{sid}", "action": 7}, 400), ("POST", "/step", {"session": "feedbeef", "action": "do"}, 404),
-    ("GET", "/metrics?session=feedbeef", None, 404), ("GET", "/task_info?options=%7Bbad", None, 400),
-    ("GET", "/nowhere", None, 404), ("GET", "/reset", None, 405), ("POST", "/health", b"{}", 405),
-)
-
-
-def reply_of(rng: random.Random) -> str:
-    """A model's reply: one or two actions in solution tags, now and then none (an invalid turn)."""
-    if rng.random() < 0.05:
-        return "I think I should look around first."
-    return f"<SOLUTION>{', '.join(rng.choice(ACTIONS[:6]) for _ in range(rng.randint(1, 2)))}</SOLUTION>"
-
-
-def read_answer(sock: socket.socket) -> str:
-    """An HTTP answer read whole from `sock`: its head, then its body up to Content-Length (or until it closes)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data.decode("latin-1")
-        data += chunk
-    head, body = data.split(b"\r\n\r\n", 1)
-    length = re.search(rb"(?i)content-length:\s*(\d+)", head)
-    while length and len(body) < int(length.group(1)):
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        body += chunk
-    return (head + b"\r\n\r\n" + body).decode("latin-1")
 
 
 class Server:
@@ -102,10 +59,10 @@ class Server:
         started = time.monotonic()
         log = open(self.log_dir / f"server{self.generation + 1}.log", "wb")  # noqa: SIM115 -- the process writes it
         option = [f"--set={k}={v}" for k, v in SERVER_OPTIONS.items()]
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "vlrl.cli", "serve-env", "crafter", "--port", str(self.port), *option],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENVIRONMENT_API_KEY": self.key,
-                                                       "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "ENVIRONMENT_API_KEY": self.key, "PYTHONPATH": path})
         log.close()
         self.generation += 1  # a session opened from now on is this process's
         while self.health() is None:
@@ -142,335 +99,6 @@ class Server:
         except OSError:
             return None
         return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
-
-
-class Client:
-    """One client's random walk through the protocol; `tally` holds what it saw."""
-
-    def __init__(self, index: int, server: Server, deadline: float, seeds: tuple = SEEDS):
-        self.rng, self.server, self.deadline, self.seeds = random.Random(index), server, deadline, seeds
-        self.session = self.generation = self.local = None
-        self.refused = False  # whether the last failed request never reached the server
-        self.locals: dict = {}
-        self.tally = {"status": collections.Counter(), "latency_ms": collections.defaultdict(list),
-                      "ws": collections.Counter(), "unexpected": [], "cross": [], "closed_steps": [],
-                      "no_reason": [], "connection_errors": [], "steps_checked": 0, "lost_to_restart": 0}
-
-    # --- the wire ------------------------------------------------------------------------------------------------
-
-    def call(self, method: str, path: str, body=None, *, key: str | None = "right", expect=(200,), kind=None):
-        """One HTTP request on a new connection (as RemoteEnv makes them): (status, answer), or None when the
-        connection failed. A status outside `expect` is recorded as unexpected, a refusal without one line of
-        reason too."""
-        headers = {"Content-Type": "application/json"}
-        if key is not None:
-            headers["Authorization"] = f"Bearer {self.server.key if key == 'right' else key}"
-        data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
-        started = time.perf_counter()
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=60)
-            connection.request(method, path, body=data, headers=headers)
-            response = connection.getresponse()
-            raw = response.read()
-            connection.close()
-        except (OSError, http.client.HTTPException) as err:
-            self.refused = isinstance(err, ConnectionRefusedError)  # the request never reached a server
-            self.connection_error(f"{method} {path}: {type(err).__name__}: {err}")
-            return None
-        status = response.status
-        self.tally["status"][status] += 1
-        self.tally["latency_ms"][kind or path.split("?")[0]].append(1000 * (time.perf_counter() - started))
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = {"error": None}
-        if status >= 400:
-            reason = answer.get("error") if isinstance(answer, dict) else None
-            if not isinstance(reason, str) or not reason.strip() or "\n" in reason:
-                self.note("no_reason", f"{method} {path} -> {status} {raw[:200]!r}")
-        if status not in expect:
-            self.note("unexpected", f"{method} {path} {str(body)[:80]} -> {status} (expected {expect}): "
-                                    f"{str(answer)[:200]}")
-        return status, answer
-
-    def raw(self, head: bytes, parts, *, read: bool = True) -> str | None:
-        """Sends an HTTP request by hand (the head, then each part of the body); the answer's status line, or None
-        when `read` is off (the client hangs up) or the connection failed."""
-        try:
-            with socket.create_connection(("127.0.0.1", self.server.port), timeout=60) as sock:
-                sock.sendall(head)
-                try:
-                    for part in parts:
-                        sock.sendall(part)
-                except OSError:  # the server answered (413) and closed before the rest arrived
-                    pass
-                if not read:
-                    return None
-                answer = read_answer(sock)
-        except OSError as err:
-            self.connection_error(f"raw request: {type(err).__name__}: {err}")
-            return None
-        status = answer.split(" ", 2)[1] if answer.startswith("HTTP/1.1 ") else "none"
-        if status.isdigit():
-            self.tally["status"][int(status)] += 1
-            body = answer.split("\r\n\r\n", 1)[-1]
-            if int(status) >= 400 and not re.fullmatch(r'\{"error":\s*"[^\n]+"\}', body.strip()):
-                self.note("no_reason", f"raw -> {status} {body[:200]!r}")
-        return status
-
-    def connection_error(self, what: str) -> None:
-        """A failed connection: expected only while the server is down for its restart."""
-        down = self.server.down_since is not None
-        self.tally["connection_errors"].append(("restart" if down else "up", what))
-        if not down:
-            self.note("unexpected", f"connection failed while the server was up: {what}")
-        time.sleep(0.2)
-
-    def note(self, what: str, text: str) -> None:
-        self.tally[what].append(text)
-
-    def head(self, method: str, path: str, length: int | None, key: bool = True) -> bytes:
-        auth = f"Authorization: Bearer {self.server.key}\r\n" if key else ""
-        size = f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
-        return f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{auth}{size}Content-Type: application/json\r\n\r\n" \
-            .encode()
-
-    # --- the episode, checked against the local game -------------------------------------------------------------
-
-    def local_game(self, options: dict):
-        key = json.dumps(options, sort_keys=True)
-        if key not in self.locals:
-            self.locals[key] = make("crafter", **{**SERVER_OPTIONS, **options})
-        return self.locals[key]
-
-    def check(self, observation: dict, want, reward=None, done=None, got_reward=None, got_done=None) -> None:
-        """Counts an answer unlike the local game's (an observation, reward or end of another episode)."""
-        self.tally["steps_checked"] += 1
-        image = from_data_url(observation["image"])
-        if (image.tobytes() != want.image.tobytes() or observation["text"] != want.text
-                or (reward, done) != (got_reward, got_done)):
-            self.note("cross", f"session {self.session}: got {observation['text'][:60]!r} reward {got_reward} done "
-                               f"{got_done}, the local game {want.text[:60]!r} reward {reward} done {done}")
-
-    def open(self, options: dict | None = None) -> None:
-        """A new HTTP session (or, now and then, a whole WebSocket episode)."""
-        if self.rng.random() < WS_SHARE:
-            return self.websocket_episode()
-        options = options if options is not None else self.rng.choice(OPTION_SETS)
-        seed = self.rng.choice(self.seeds)
-        answer = self.call("POST", "/reset", {"seed": seed, "options": options}, expect=(200, 429))
-        if answer is None or answer[0] != 200:
-            time.sleep(0.5)  # all sessions in use (429), or the server restarting: try again shortly
-            return None
-        self.session, self.generation, self.local = answer[1]["session"], self.server.generation, \
-            self.local_game(options)
-        self.check(answer[1]["observation"], self.local.reset(seed))
-        return None
-
-    def lost(self, what: str) -> None:
-        """A 404 for the client's own session: right only when the server restarted since it opened."""
-        if self.server.generation != self.generation:
-            self.tally["lost_to_restart"] += 1
-        else:
-            self.note("unexpected", f"{what}: 404 for a session that should be open")
-        self.session = None
-
-    def step(self) -> None:
-        reply = reply_of(self.rng)
-        answer = self.call("POST", "/step", {"session": self.session, "action": reply}, expect=(200, 404), kind="step")
-        if answer is None and not self.refused:  # the step may have run: the episode cannot be checked any more
-            self.abandon()
-        elif answer is None:  # no server listened (the restart): the session is kept, and is 404 afterwards
-            return
-        elif answer[0] == 404:
-            self.lost("step")
-        else:
-            want = self.local.step(reply)
-            got = answer[1]
-            self.check(got["observation"], want.observation, want.reward, want.done, got["reward"], got["done"])
-            if got["done"]:
-                self.reset_same()
-
-    def reset_same(self) -> None:
-        seed = self.rng.choice(self.seeds)
-        answer = self.call("POST", "/reset", {"seed": seed, "session": self.session}, kind="reset")
-        if answer is None:
-            return self.abandon()
-        if answer[0] != 200:
-            return None
-        if answer[1]["session"] != self.session:  # the server no longer knew it, and opened a new one
-            if self.server.generation == self.generation:
-                self.note("unexpected", "a reset naming an open session opened another")
-            else:
-                self.tally["lost_to_restart"] += 1
-            self.local = self.local_game({})  # a new session takes the server's options
-            self.session, self.generation = answer[1]["session"], self.server.generation
-        self.check(answer[1]["observation"], self.local.reset(seed))
-        return None
-
-    def closed_step(self, session: str, why: str) -> None:
-        """Steps a session that was just closed: anything but 404 is a step from a closed session."""
-        answer = self.call("POST", "/step", {"session": session, "action": "<SOLUTION>do</SOLUTION>"},
-                           expect=(404,), kind="step")
-        if answer is not None and answer[0] != 404:
-            self.note("closed_steps", f"{why}: POST /step on closed session {session} -> {answer[0]}")
-
-    def new_options(self) -> None:
-        options, seed, old = self.rng.choice(OPTION_SETS), self.rng.choice(self.seeds), self.session
-        answer = self.call("POST", "/reset", {"seed": seed, "session": old, "options": options}, expect=(200, 429),
-                           kind="reset")
-        if answer is None:
-            return self.abandon()
-        if answer[0] != 200:  # 429: the old session was closed, no room for the new one yet
-            self.session = None
-        else:
-            self.session, self.generation = answer[1]["session"], self.server.generation
-            self.local = self.local_game(options)
-            self.check(answer[1]["observation"], self.local.reset(seed))
-        self.closed_step(old, "after a reset with new options")
-        return None
-
-    def close(self) -> None:
-        old, self.session = self.session, None
-        if self.call("POST", "/close", {"session": old}) is not None:
-            self.closed_step(old, "after POST /close")
-            self.call("GET", f"/metrics?session={old}", expect=(404,))
-
-    def abandon(self) -> None:
-        """Gives up the session whose state is unknown (a request cut off): closes it (quietly) and starts over."""
-        if self.session is not None:
-            old, self.session = self.session, None
-            self.call("POST", "/close", {"session": old})
-
-    # --- trouble -------------------------------------------------------------------------------------------------
-
-    def wrong_key(self) -> None:
-        method, path, body = self.rng.choice([("GET", "/health", None), ("POST", "/reset", {"seed": 0}),
-                                              ("POST", "/step", {"session": self.session, "action": "do"}),
-                                              ("GET", "/task_info", None)])
-        self.call(method, path, body, key=self.rng.choice([None, "not-the-key", ""]), expect=(401,))
-
-    def malformed(self) -> None:
-        method, path, body, status = self.rng.choice(MALFORMED)
-        if isinstance(body, dict):
-            body = json.loads(json.dumps(body).replace("{sid}", self.session))
-        self.call(method, path, body, expect=(status,))
-
-    def oversized(self) -> None:
-        """A body past 1 MB: declared (Content-Length), or chunked without a length."""
-        chunk = b" " * 65536
-        if self.rng.random() < 0.5:
-            status = self.raw(self.head("POST", "/step", 2 * MAX_BODY), [chunk])
-        else:
-            status = self.raw(self.head("POST", "/reset", None), [b"%x\r\n" % len(chunk) + chunk + b"\r\n"] * 20
-                              + [b"0\r\n\r\n"])
-        if status is not None and status != "413":
-            self.note("unexpected", f"an oversized body -> {status} (expected 413)")
-
-    def cut_body(self) -> None:
-        """Hangs up in the middle of a step's body: the step never happens, and the episode goes on (the next step
-        is checked against the local game, which did not take this one)."""
-        body = json.dumps({"session": self.session, "action": "<SOLUTION>do</SOLUTION>"}).encode()
-        self.raw(self.head("POST", "/step", len(body)), [body[: len(body) // 2]], read=False)
-
-    def hang_up(self) -> None:
-        """Sends a whole step and hangs up before the answer: whether it ran is unknown, so the session is closed
-        (perhaps under that very step) and a new one opened."""
-        body = json.dumps({"session": self.session, "action": reply_of(self.rng)}).encode()
-        self.raw(self.head("POST", "/step", len(body)) + body, [], read=False)
-        self.abandon()
-
-    def look(self) -> None:
-        path = self.rng.choice([f"/state?session={self.session}", f"/metrics?session={self.session}", "/health",
-                                "/metadata", "/schema", "/task_info"])
-        answer = self.call("GET", path, expect=(200, 404))
-        if answer is not None and answer[0] == 404:
-            self.lost(f"GET {path}")
-
-    def websocket_episode(self) -> None:
-        """A whole episode over OpenEnv's WebSocket, checked step by step; now and then a malformed or oversized
-        message, or a hang-up in the middle of a step."""
-        from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-        from websockets.sync.client import connect
-
-        url = f"ws://127.0.0.1:{self.server.port}/ws"
-        ws_tally = self.tally["ws"]
-        if self.rng.random() < 0.1:  # the wrong key: refused at the handshake
-            try:
-                connect(url, additional_headers={"Authorization": "Bearer nope"}, open_timeout=60).close()
-                self.note("unexpected", "a WebSocket with the wrong key was accepted")
-            except InvalidStatus as err:
-                ws_tally[f"handshake {err.response.status_code}"] += 1
-            except (OSError, InvalidHandshake) as err:  # no server, or one shutting down mid-handshake
-                self.connection_error(f"WebSocket: {type(err).__name__}: {err}")
-            return
-        options, seed = self.rng.choice(OPTION_SETS), self.rng.choice(self.seeds)
-        local = self.local_game(options)
-        try:
-            with connect(url, additional_headers={"Authorization": f"Bearer {self.server.key}"}, open_timeout=60,
-                         max_size=1 << 24) as ws:
-                def ask(message):
-                    started = time.perf_counter()
-                    ws.send(message if isinstance(message, str) else json.dumps(message))
-                    answer = json.loads(ws.recv(timeout=60))
-                    self.tally["latency_ms"]["ws " + (message["type"] if isinstance(message, dict) else "bad")] \
-                        .append(1000 * (time.perf_counter() - started))
-                    code = (answer.get("data") or {}).get("code")
-                    ws_tally[answer["type"] + (f" {code}" if code else "")] += 1
-                    return answer
-
-                answer = ask({"type": "reset", "data": {"seed": seed, **options}})
-                if answer["type"] != "observation":
-                    if (answer.get("data") or {}).get("code") != "CAPACITY_REACHED":
-                        self.note("unexpected", f"a WebSocket reset -> {str(answer)[:200]}")
-                    return
-                self.check(answer["data"]["observation"], local.reset(seed))
-                for _ in range(self.rng.randint(3, 30)):
-                    if time.monotonic() > self.deadline:
-                        break
-                    trouble = self.rng.random()
-                    if trouble < 0.08:
-                        if ask("{not json")["type"] != "error":
-                            self.note("unexpected", "a malformed WebSocket message was not refused")
-                        continue
-                    if trouble < 0.10:  # past the server's message limit: it closes the connection (1009)
-                        ws.send(json.dumps({"type": "step", "data": {"reply": " " * (MAX_BODY + 10)}}))
-                        ws.recv(timeout=60)
-                        self.note("unexpected", "an oversized WebSocket message was answered")
-                        return
-                    reply = reply_of(self.rng)
-                    if trouble < 0.14:  # hang up before the step's answer
-                        ws.send(json.dumps({"type": "step", "data": {"reply": reply}}))
-                        ws_tally["hang-up"] += 1
-                        return
-                    answer, want = ask({"type": "step", "data": {"reply": reply}}), local.step(reply)
-                    data = answer["data"]
-                    self.check(data["observation"], want.observation, want.reward, want.done, data["reward"],
-                               data["done"])
-                    if data["done"]:
-                        break
-                ws.send(json.dumps({"type": "close"}))
-        except ConnectionClosed as err:
-            code = err.rcvd.code if err.rcvd is not None else None
-            ws_tally[f"closed {code}"] += 1
-            if code != 1009 and self.server.down_since is None:  # 1009: too big; else only while restarting
-                self.note("unexpected", f"the WebSocket closed: {err}")
-        except (OSError, InvalidHandshake) as err:  # no server, one shutting down mid-handshake, or a timeout
-            self.connection_error(f"WebSocket: {type(err).__name__}: {err}")
-
-    # --- the walk ------------------------------------------------------------------------------------------------
-
-    def run(self) -> None:
-        acts, weights = list(ACTS), list(ACTS.values())
-        while time.monotonic() < self.deadline:
-            act = "open" if self.session is None else self.rng.choices(acts, weights)[0]
-            try:
-                getattr(self, act)()
-            except Exception as err:  # noqa: BLE001 -- a surprise of this client is counted, and it goes on
-                self.note("unexpected", f"the client failed in {act}: {type(err).__name__}: {err}")
-                self.session = None
-        if self.session is not None:
-            self.call("POST", "/close", {"session": self.session})
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -560,7 +188,8 @@ def rss_growth(rss: list, warmup_s: float, seconds: float) -> dict:
     if len(after) < 10:
         return {"generation": generation, "growth": None, "samples": len(after)}
     first, last = statistics.median(after[:5]), statistics.median(after[-5:])
-    return {"generation": generation, "growth": round(last / first - 1, 4), "after_warmup_mb": round(first, 1),
+    return {"generation": generation, "warmup_s": warmup_s, "growth": round(last / first - 1, 4),
+            "after_warmup_mb": round(first, 1),
             "end_mb": round(last, 1), "peak_mb": max(after), "samples": len(after)}
 
 
@@ -640,13 +269,15 @@ with other work; the server, 64 clients and their local replays all run on them)
 |---|---|---|---|
 {kinds}
 
-SIGTERM: the server exited with {s.get('exit_code')} in {s.get('seconds_to_exit')} s; the next one answered after
+SIGTERM: the server shut down gracefully (in-flight requests answered, every session closed) and exited with
+{s.get('exit_code')} (uvicorn re-raises the signal once it has shut down) in {s.get('seconds_to_exit')} s; the next one answered after
 {s.get('restart_s')} s ({s.get('down_s')} s down). Connections refused while it was down: {r['connection_errors_during_restart']};
 while it was up: {r['connection_errors_while_up']}. Sessions lost to the restart (404 afterwards, as they should be):
 {r['sessions_lost_to_restart']}. Sessions left open after every client closed its own: {r['sessions_left']}.
 The final SIGTERM: exit {r['final_sigterm']['exit_code']} in {r['final_sigterm']['seconds_to_exit']} s.
 
-Server RSS (every 30 s): {series}.
+Server RSS (every 30 s; the warm-up is the first {r['rss'].get('warmup_s')} s of the longest-lived server, its
+growth the median of its last 5 samples over that of its first 5 after warm-up): {series}.
 
 5xx and their causes: {causes}
 
@@ -667,5 +298,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     main()
