@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from typing import ClassVar
 
 import pytest
 
@@ -17,6 +18,7 @@ from vlrl.envs import ENVIRONMENTS, Env, Observation, Step, make, parse_actions
 from vlrl.envs.base import check_options
 from vlrl.envs.remote import RemoteEnv
 from vlrl.envs.server import make_server
+from vlrl.envs.sessions import EnvService, Refused
 
 
 class CountEnv(Env):
@@ -317,6 +319,24 @@ def test_a_response_is_read_whole_when_its_head_and_body_arrive_apart():
     assert answered == b"".join(parts).decode("latin-1")
 
 
+def test_a_client_that_hangs_up_mid_body_leaves_no_traceback(served, capfd):
+    url = served()
+    host, port = url.split("//")[1].split(":")
+    session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
+    body = json.dumps({"session": session, "action": "up"}).encode()
+    for _ in range(3):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body[:10])
+    deadline = time.monotonic() + 2  # the server logged its ClientDisconnect at once when it did
+    seen = ""
+    while time.monotonic() < deadline and "Traceback" not in seen:
+        seen += capfd.readouterr().err
+        time.sleep(0.1)
+    assert "Traceback" not in seen and "ClientDisconnect" not in seen, seen[-500:]
+    step = call(url + "/step", "POST", {"session": session, "action": "up"})[1]  # the cut steps never ran
+    assert step["observation"]["text"] == "at 1"
+
+
 def test_steps_are_capped_and_idle_sessions_expire(served):
     url = served(options={"goal": 100}, max_steps=3, idle_s=0.5)
     session = call(url + "/reset", "POST", {"seed": 0})[1]["session"]
@@ -334,3 +354,88 @@ def test_steps_are_capped_and_idle_sessions_expire(served):
     assert call(url + "/health")[1]["sessions"] == 0
     status, answer = call(url + "/step", "POST", {"session": session, "action": "up"})
     assert status == 404 and "expired after 0.5 s idle" in answer["error"]
+
+
+class ProbeEnv(CountEnv):
+    """CountEnv whose step waits for `release`, logging step-start, step-end and close into `log` (the issue's
+    probe); its task_info raises when the goal is 13, like a game broken in a way vlrl did not foresee."""
+
+    name = "probe"
+    log: ClassVar[list] = []
+    release = threading.Event()
+
+    def step(self, reply):
+        self.log.append("step-start")
+        self.release.wait(30)
+        step = super().step(reply)
+        self.log.append("step-end")
+        return step
+
+    def close(self):
+        self.log.append("close")
+
+    def task_info(self):
+        if self.goal == 13:
+            raise RuntimeError("no task today")
+        return super().task_info()
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """An EnvService of ProbeEnv with an empty log and the steps held until `ProbeEnv.release` is set."""
+    monkeypatch.setitem(ENVIRONMENTS, "probe", f"{__name__}:ProbeEnv")
+    monkeypatch.setattr(ProbeEnv, "log", [])
+    monkeypatch.setattr(ProbeEnv, "release", threading.Event())
+    service = EnvService("probe", {"goal": 50})
+    yield service
+    ProbeEnv.release.set()
+    service.shutdown()
+
+
+def in_thread(call, *args):
+    """Starts `call(*args)` in a thread; the thread's `result` is its answer or the exception it raised."""
+    def run():
+        try:
+            thread.result = call(*args)
+        except Exception as err:  # noqa: BLE001 -- the test looks at what it was
+            thread.result = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("closer", ["close", "reset with new options", "shutdown"])
+def test_a_session_is_never_closed_under_a_running_step(probe, closer):
+    session = probe.reset({"seed": 0})["session"]
+    ProbeEnv.log.clear()
+    stepping = in_thread(probe.step, {"session": session, "action": "up"})
+    deadline = time.monotonic() + 30
+    while "step-start" not in ProbeEnv.log and time.monotonic() < deadline:
+        time.sleep(0.01)
+    late = in_thread(probe.step, {"session": session, "action": "up"})  # found the session; waits for its turn
+    time.sleep(0.1)
+    closing = in_thread({"close": lambda: probe.close(session), "shutdown": probe.shutdown,
+                         "reset with new options": lambda: probe.reset({"seed": 1, "session": session,
+                                                                        "options": {"goal": 7}})}[closer])
+    closing.join(0.3)
+    assert closing.is_alive() and ProbeEnv.log == ["step-start"]  # the close waits for the step
+    ProbeEnv.release.set()
+    for thread in (stepping, late, closing):
+        thread.join(30)
+    assert ProbeEnv.log[:2] == ["step-start", "step-end"] and ProbeEnv.log.count("close") == 1
+    assert "step-start" not in ProbeEnv.log[ProbeEnv.log.index("close"):]  # nothing ran on the closed game
+    if ProbeEnv.log[-1] == "close":  # the late step went first, before the close
+        assert late.result["observation"]["text"] == "at 2"
+    else:  # the close went first: the late step is told, never played
+        assert isinstance(late.result, Refused) and late.result.status == 404 and "was closed" in str(late.result)
+    with pytest.raises(Refused, match="no session"):
+        probe.step({"session": session, "action": "up"})
+
+
+def test_a_reset_whose_task_info_fails_leaves_no_session(probe):
+    ProbeEnv.log.clear()
+    with pytest.raises(Refused) as refused:
+        probe.reset({"seed": 0, "options": {"goal": 13}})
+    assert refused.value.status == 500 and str(refused.value) == "the environment raised RuntimeError: no task today"
+    assert probe.health()["sessions"] == 0 and ProbeEnv.log == ["close"]

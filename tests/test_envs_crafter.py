@@ -2,6 +2,7 @@
 replies, episode ends and reproducibility from the seed. Small worlds (area=16) keep world generation fast."""
 
 import sys
+import time
 
 import pytest
 
@@ -60,6 +61,35 @@ def test_the_same_seed_and_replies_give_the_same_frames():
     regenerated = frames_of(make("crafter", **SMALL), 1, replies)
     assert generated == copied == regenerated
     assert frames_of(make("crafter", **SMALL), 2, replies)[0] != generated[0]
+
+
+def test_resets_of_one_new_world_at_once_generate_it_once(monkeypatch):
+    import threading
+
+    import crafter
+
+    made, env_class, start = [], crafter.Env, threading.Barrier(4)
+
+    def counted(*args, **kwargs):  # a slow generation: the other resets arrive while it runs
+        made.append(kwargs.get("seed"))
+        time.sleep(0.3)
+        return env_class(*args, **kwargs)
+
+    monkeypatch.setattr(crafter, "Env", counted)
+    crafter_env._fresh.clear()
+    frames = []
+
+    def reset():
+        start.wait(10)
+        frames.append(make("crafter", **SMALL).reset(5).image.tobytes())
+
+    threads = [threading.Thread(target=reset) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert made == [5] and len(frames) == 4 and len(set(frames)) == 1
+    assert crafter_env._making == {}
 
 
 def test_image_only_mode_has_no_text():

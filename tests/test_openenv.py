@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from typing import Literal
 
 import pytest
@@ -78,6 +79,34 @@ def test_openenv_url_plays_the_local_episode_frame_for_frame(grid_server, monkey
     closed.clear()
     remote.close()
     assert closed.wait(timeout=60) and grid_server.service.health()["sessions"] == 0  # closed with the connection
+
+
+def test_a_lost_session_is_closed_and_its_episode_is_gone(grid_server, monkeypatch):
+    service = grid_server.service
+    step, local = service.step, make("grid", size=4, difficulty=3, max_turns=20)
+
+    def sessions_become(count):
+        deadline = time.monotonic() + 10
+        while service.health()["sessions"] != count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return service.health()["sessions"] == count
+
+    remote = make("openenv:" + grid_server.url, timeout=0.5)
+    remote.reset(0)
+    monkeypatch.setattr(service, "step", lambda body: time.sleep(1.5) or step(body))  # answers after the timeout
+    with pytest.raises(EnvError, match=r"failed on step \(TimeoutError") as failed:
+        remote.step("right")
+    assert sessions_become(0)  # the client closed the connection, so the server closed the session
+    assert "the session is closed and its episode gone: reset(seed) starts another" in str(failed.value)
+    monkeypatch.setattr(service, "step", step)
+    for call in (lambda: remote.step("right"), remote.metrics):
+        with pytest.raises(EnvError, match=r"on a lost session: step failed \(TimeoutError.*episode is gone"):
+            call()
+    assert sessions_become(0)  # and opened none: no step played in a session without an episode
+    assert remote.reset(5).image.tobytes() == local.reset(5).image.tobytes()  # a reset starts afresh
+    assert remote.step("right").observation.text == local.step("right").observation.text
+    remote.close()
+    assert sessions_become(0)
 
 
 def test_the_websocket_refuses_bad_messages_and_goes_on(grid_server):

@@ -15,7 +15,8 @@ after `max_turns` turns (an invalid reply counts as a turn), or after Crafter's 
 The game is the `crafter` package (the optional extra: pip install 'vlrl[envs]'). It renders with numpy and PIL
 only, no display and no pygame. Worlds are generated from the seed alone, so the same seed and the same replies give
 the same frames; generation takes ~1.5 s of pure Python, so the fresh world of each (seed, settings) is kept and
-copied on the next reset of that seed (a GSPO group replays one seed many times).
+copied on the next reset of that seed (a GSPO group replays one seed many times), and resets of one new world at once
+wait for a single generation of it.
 
 Replays are exact because vlrl orders the creatures: Crafter keeps each chunk's creatures in a plain set, iterated
 in memory-address order, and picks the one to despawn by its place in that order, so the same seed and actions
@@ -52,6 +53,7 @@ OPTIONS = {"size": (int, 16, 1024), "text": (bool,), "max_actions": (int, 1, 64)
 FRESH_WORLDS = 16  # fresh worlds kept for the next reset of their seed (each ~100 kB)
 
 _fresh: collections.OrderedDict = collections.OrderedDict()  # (seed, settings) -> (a crafter.Env just reset, frame)
+_making: dict = {}  # (seed, settings) -> the lock held while that world is generated, so it is generated once
 _fresh_lock = threading.Lock()
 
 
@@ -98,14 +100,21 @@ def _fresh_world(seed: int, area: int, size: int, length: int):
         kept = _fresh.get(key)
         if kept is not None:
             _fresh.move_to_end(key)
+        else:
+            making = _making.setdefault(key, threading.Lock())
     if kept is None:
-        game = _crafter().Env(area=(area, area), size=(size, size), length=length, seed=seed)
-        kept = game, game.reset()  # the world of (seed, episode 1): crafter seeds episodes with hash((seed, episode))
-        order_creatures(game._world)
-        with _fresh_lock:
-            _fresh[key] = kept
-            while len(_fresh) > FRESH_WORLDS:
-                _fresh.popitem(last=False)
+        with making:  # resets of one new world at once (a server's clients after a restart) wait for one generation
+            with _fresh_lock:
+                kept = _fresh.get(key)
+            if kept is None:
+                game = _crafter().Env(area=(area, area), size=(size, size), length=length, seed=seed)
+                kept = game, game.reset()  # the world of (seed, episode 1): crafter seeds episodes by (seed, episode)
+                order_creatures(game._world)
+                with _fresh_lock:
+                    _fresh[key] = kept
+                    _making.pop(key, None)
+                    while len(_fresh) > FRESH_WORLDS:
+                        _fresh.popitem(last=False)
     game, frame = kept  # the textures are read-only and shared; everything else (world, RNG, objects) is copied
     return copy.deepcopy(game, {id(game._textures): game._textures}), frame
 

@@ -16,6 +16,10 @@ An observation's picture is its `image` (or `pixels`, `frame`, `rgb`, `screensho
 HxWx3 array of numbers; its text is `text`, else the other fields as JSON. Success is the server's own (`metrics`
 in a step's metadata, as vlrl's servers send at the end), else a return above `success_return`. Replies over an
 API key: ENVIRONMENT_API_KEY (or `api_key`) as `Authorization: Bearer KEY`.
+
+Only `reset` opens a session. A session whose connection fails (a timeout, a dropped connection) is closed, so the
+server ends its episode, and every later `step` or `metrics` raises EnvError saying the episode is gone until the
+next `reset`: a step never lands in a fresh session that has no episode.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class OpenEnvEnv(Env):
                  max_actions: int = 1, timeout: float = 60.0, success_return: float = 0.0,
                  api_key: str | None = None, **reset_options):
         self.url, self.timeout, self.success_return = url.rstrip("/"), timeout, success_return
-        self.reset_options, self.headers, self._ws = reset_options, auth_headers(api_key), None
+        self.reset_options, self.headers, self._ws, self._lost = reset_options, auth_headers(api_key), None, None
         schema, metadata = self._get("/schema"), self._get("/metadata", optional=True)
         self.name = f"openenv:{metadata.get('name') or self.url}"
         self._description = metadata.get("description") or ""
@@ -89,13 +93,15 @@ class OpenEnvEnv(Env):
     # --- the interface ----------------------------------------------------------------------------------------
 
     def reset(self, seed: int) -> Observation:
+        if self._ws is None:  # the one call that opens a session: a step never lands in a fresh one
+            self._ws, self._lost = self._connect(), None
         data = self._send({"type": "reset", "data": {"seed": seed, **self.reset_options}})
         self._turns, self._return, self._metrics, self._done, self._seed = 0, 0.0, None, False, seed
         return self._observation(data.get("observation") or {})
 
     def step(self, reply: str) -> Step:
         if self._ws is None:
-            raise EnvError(f"{self.url}: step() before reset(); call reset(seed) first.")
+            raise self._no_episode("step")
         self._turns += 1
         if self.kind == "text":
             data = self._send({"type": "step", "data": {self.field: reply}})
@@ -121,6 +127,8 @@ class OpenEnvEnv(Env):
         return above `success_return`), return and length (turns)."""
         if self._metrics is not None:
             return dict(self._metrics)
+        if self._lost is not None:
+            raise self._no_episode("metrics")
         if self._ws is not None:
             state = self._send({"type": "state"})
             if isinstance(state.get("metrics"), dict):
@@ -156,24 +164,40 @@ class OpenEnvEnv(Env):
             raise EnvError(f"no OpenEnv server answered at {self.url} ({getattr(err, 'reason', err)}); start it, "
                            "or check the address.") from None
 
-    def _send(self, message: dict) -> dict:
-        """Sends one message on the session's WebSocket (opened on first use); the answer's data, or EnvError."""
+    def _connect(self):
+        """A new WebSocket session on the server (its environment opens with it, closes when it closes)."""
         try:
             from websockets.sync.client import connect
         except ImportError:
             raise MissingExtra("openenv: environments need the `websockets` package: pip install 'vlrl[envs]'") \
                 from None
+        ws_url = "ws" + self.url[len("http"):] if self.url.startswith("http") else self.url
         try:
-            if self._ws is None:
-                ws_url = "ws" + self.url[len("http"):] if self.url.startswith("http") else self.url
-                self._ws = contextlib.ExitStack().enter_context(connect(  # websockets 17 wants a context
-                    ws_url + "/ws", additional_headers=self.headers, open_timeout=self.timeout, max_size=MAX_MESSAGE))
+            return contextlib.ExitStack().enter_context(connect(  # websockets 17 wants a context
+                ws_url + "/ws", additional_headers=self.headers, open_timeout=self.timeout, max_size=MAX_MESSAGE))
+        except Exception as err:  # noqa: BLE001 -- OSError, a timeout, websockets' own refusals
+            raise EnvError(f"the OpenEnv server at {self.url} did not open a session ({type(err).__name__}: "
+                           f"{err}).") from None
+
+    def _no_episode(self, call: str) -> EnvError:
+        if self._lost is not None:
+            return EnvError(f"{self.url}: {call}() on a lost session: {self._lost}; its episode is gone on the "
+                            "server, so reset(seed) starts another.")
+        return EnvError(f"{self.url}: {call}() before reset(); call reset(seed) first.")
+
+    def _send(self, message: dict) -> dict:
+        """Sends one message on the session's WebSocket; the answer's data, or EnvError. A session that fails is
+        closed (the server ends its episode) and stays lost: every later call but reset says so."""
+        try:
             self._ws.send(json.dumps(message))
             answer = json.loads(self._ws.recv(timeout=self.timeout))
-        except (OSError, TimeoutError, ValueError, Exception) as err:  # noqa: BLE001 -- websockets' own errors too
+        except Exception as err:  # noqa: BLE001 -- OSError, TimeoutError, bad JSON, websockets' own errors
+            with contextlib.suppress(Exception):  # a connection half gone closes as far as it can
+                self._ws.close()
             self._ws = None
-            raise EnvError(f"the OpenEnv session at {self.url} failed on {message['type']} "
-                           f"({type(err).__name__}: {err}).") from None
+            self._lost = f"{message['type']} failed ({type(err).__name__}: {err})"
+            raise EnvError(f"the OpenEnv session at {self.url} failed on {message['type']} ({type(err).__name__}: "
+                           f"{err}); the session is closed and its episode gone: reset(seed) starts another.") from None
         if answer.get("type") == "error":
             data = answer.get("data") or {}
             raise EnvError(f"the OpenEnv server at {self.url} refused {message['type']} "

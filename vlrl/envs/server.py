@@ -28,7 +28,8 @@ Hardening: with ENVIRONMENT_API_KEY set, every request (WebSocket too) needs it 
 type and bounds before anything is built (400); sessions are capped (429), so are steps per episode (409), and idle
 sessions expire (404 afterwards). Every refusal is {"error": "what, and the fix"}: 400 (bad JSON, a missing or
 ill-typed field, bad options), 401, 404 (unknown path or session), 405 (wrong method), 409 (a step after the end,
-or past the cap), 413, 429, 500 (the environment raised: the reason). The server goes on after each.
+or past the cap), 413, 429, 500 (the environment raised: the reason). The server goes on after each; a client that
+hangs up in the middle of its body is a 400 nobody hears, never a traceback in the server's log.
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def create_app(service: EnvService, *, api_key: str | None = None, max_body: int
     from fastapi.concurrency import run_in_threadpool
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
+    from starlette.requests import ClientDisconnect
 
     import vlrl
     from vlrl.envs.openenv_protocol import mcp_answer, metadata_of, schema_of, websocket_session
@@ -188,7 +190,10 @@ def create_app(service: EnvService, *, api_key: str | None = None, max_body: int
         return answer({"error": f"the server failed: {type(err).__name__}: {err}"}, 500)
 
     async def body_of(request) -> dict:
-        raw = await request.body()
+        try:
+            raw = await request.body()
+        except ClientDisconnect:  # the client hung up mid-body: nothing ran, and the answer goes nowhere
+            raise Refused(400, "the connection closed before the whole body arrived") from None
         if not raw.strip():
             raise Refused(400, "the body is empty; send a JSON object, e.g. {\"seed\": 3}")
         try:

@@ -37,11 +37,29 @@ class Refused(Exception):
 
 
 class Session:
-    """One episode's environment, its lock (one request at a time), when it was last used, its steps and end."""
+    """One episode's environment, its lock (one request at a time), when it was last used, its steps and end.
+
+    Every use of `env` holds `lock`, closing it too (`retire`): a close, an expiry, a reset with new options or the
+    server's shutdown waits for the step in progress, and a request that found the session just before it was
+    closed finds it `closed` under the lock and answers 404, never a step on a closed game.
+    """
 
     def __init__(self, env):
         self.env, self.lock, self.used = env, threading.Lock(), time.monotonic()
-        self.done, self.started, self.steps = False, False, 0
+        self.done, self.started, self.steps, self.closed = False, False, 0, False
+
+    def retire(self) -> None:
+        """Closes the environment once the request using it (if any) has finished."""
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.env.close()
+
+    def check_open(self, session_id) -> None:
+        """Under `lock`: a 404 when the session was closed while this request waited for it."""
+        if self.closed:
+            raise Refused(404, f"session {session_id!r} was closed while this request waited for it; POST /reset to "
+                               "start an episode")
 
 
 class EnvService:
@@ -85,51 +103,59 @@ class EnvService:
         """Registers a session for `env`: (its id, the session); a 429 when all are in use after expiring idle
         ones."""
         with self.lock:
-            self._expire()
-            if len(self.sessions) >= self.max_sessions:
-                env.close()
-                raise Refused(429, f"all {self.max_sessions} sessions are in use; close finished ones (POST /close)"
-                                   " or start the server with a larger --max-sessions")
-            session_id = secrets.token_hex(8)
-            session = self.sessions[session_id] = Session(env)
-            return session_id, session
+            idle = self._pop_idle()
+            full = len(self.sessions) >= self.max_sessions
+            if not full:
+                session_id = secrets.token_hex(8)
+                session = self.sessions[session_id] = Session(env)
+        for old in idle:
+            old.retire()
+        if full:
+            env.close()
+            raise Refused(429, f"all {self.max_sessions} sessions are in use; close finished ones (POST /close)"
+                               " or start the server with a larger --max-sessions")
+        return session_id, session
 
     def expire(self) -> int:
         """Closes every session idle past `idle_s`; returns how many (the server's periodic sweep)."""
         with self.lock:
-            return self._expire()
+            idle = self._pop_idle()
+        for session in idle:
+            session.retire()
+        return len(idle)
 
-    def _expire(self) -> int:
-        now, gone = time.monotonic(), []
-        for session_id, session in list(self.sessions.items()):
-            if now - session.used > self.idle_s and not session.lock.locked():
-                gone.append(self.sessions.pop(session_id))
-        for session in gone:
-            session.env.close()
-        return len(gone)
+    def _pop_idle(self) -> list[Session]:
+        """Under `self.lock`: takes the sessions idle past `idle_s` out of the table (their callers close them after
+        letting go of the lock, so no request waits on another's environment)."""
+        now = time.monotonic()
+        return [self.sessions.pop(session_id) for session_id, session in list(self.sessions.items())
+                if now - session.used > self.idle_s and not session.lock.locked()]
 
     def get(self, session_id) -> Session:
         """The open session `session_id`, marked used; a 400 without an id, a 404 for an unknown or expired one."""
         if not isinstance(session_id, str) or not session_id:
             raise Refused(400, "name the episode's session (the id POST /reset returned): {\"session\": ID, ...}")
+        expired = None
         with self.lock:
             session = self.sessions.get(session_id)
             if session is not None and time.monotonic() - session.used > self.idle_s and not session.lock.locked():
-                self.sessions.pop(session_id)
-                session.env.close()
-                session = None
+                expired, session = self.sessions.pop(session_id), None
             if session is not None:
                 session.used = time.monotonic()
+        if expired is not None:
+            expired.retire()
         if session is None:
             raise Refused(404, f"no session {session_id!r} (closed, expired after {self.idle_s:g} s idle, or "
                                "never opened); POST /reset to start an episode")
         return session
 
     def close(self, session_id) -> None:
+        """Ends session `session_id` (nothing when it is not open): gone from the table at once, its environment
+        closed once the request using it has finished."""
         with self.lock:
             session = self.sessions.pop(session_id, None) if isinstance(session_id, str) else None
         if session is not None:
-            session.env.close()
+            session.retire()
 
     # --- the endpoints ----------------------------------------------------------------------------------------
 
@@ -151,10 +177,11 @@ class EnvService:
             session = self.get(session_id)
         try:
             with session.lock:
+                session.check_open(session_id)
                 observation = _run(session.env.reset, seed)
                 session.done, session.started, session.steps = False, True, 0
-                task = session.env.task_info()
-        except Refused:
+                task = _run(session.env.task_info)
+        except BaseException:  # a session this request opened never outlives its failure
             if fresh:
                 self.close(session_id)
             raise
@@ -171,6 +198,7 @@ class EnvService:
             raise Refused(400, "POST /step needs the model's reply as text: {\"action\": \"...\"} or "
                                f"{{\"action\": {{\"reply\": \"...\"}}}}, got {reply!r}")
         with session.lock:
+            session.check_open(body.get("session", body.get("episode_id")))
             if not session.started:
                 raise Refused(409, "this session has no episode yet; POST /reset first")
             if session.done:
@@ -187,6 +215,7 @@ class EnvService:
     def metrics(self, session_id) -> dict:
         session = self.get(session_id)
         with session.lock:
+            session.check_open(session_id)
             return _run(session.env.metrics)
 
     def state(self, session_id) -> dict:
@@ -195,6 +224,7 @@ class EnvService:
             return {"episode_id": None, "step_count": 0, "sessions": len(self.sessions)}
         session = self.get(session_id)
         with session.lock:
+            session.check_open(session_id)
             return {"episode_id": session_id, "step_count": session.steps, "done": session.done,
                     "metrics": _run(session.env.metrics)}
 
@@ -214,8 +244,11 @@ class EnvService:
                 "max_sessions": self.max_sessions}
 
     def shutdown(self) -> None:
-        for session_id in list(self.sessions):
-            self.close(session_id)
+        """Closes every session, each once its request in progress has finished."""
+        with self.lock:
+            sessions, self.sessions = list(self.sessions.values()), {}
+        for session in sessions:
+            session.retire()
 
 
 def _run(call, *args):
