@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs GPU jobs on the device machine; each job's log and results are packed into $OUT (8 files come back at most).
-#   bash bench/gpu_jobs.sh tiny-gpu learn:bench/learning/compare-warm300.toml "8b bnb4 256" "8b bnb4 1024 fast micro4" ...
+#   bash bench/gpu_jobs.sh tiny-gpu learn:bench/learning/greedy-vision.toml "8b bnb4 256" "8b bnb4 1024 fast micro4" ...
 #   (carry [".whl"])
 # tiny-gpu: `vlrl train --preset tiny-gpu` (the Unsloth backend), started in the background;
 # learn:CONFIG: `vlrl run --config CONFIG`, then a sampled eval of the warm start and of the adapter, compared; all
@@ -24,8 +24,8 @@ learn() {  # learn CONFIG: one learning run, its sampled evals and comparison, p
   local rc=$?
   # the same held-out items, sampled at temperature 1, seed 0 (a run file with [eval] samples has them already)
   if [ -f "$dir/adapter/adapter_config.json" ] && ! grep -q "^samples = [1-9]" "$config"; then
-    python3 -m vlrl eval "$dir" --sample --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1
-    python3 -m vlrl eval "$dir" --sample --adapter "$dir/adapter" --output "$dir/eval_adapter_sampled.jsonl" \
+    python3 -m vlrl eval --run-dir "$dir" --samples 8 --output "$dir/eval_base_sampled.jsonl" >> /tmp/results/$name.log 2>&1
+    python3 -m vlrl eval --run-dir "$dir" --samples 8 --adapter "$dir/adapter" --output "$dir/eval_adapter_sampled.jsonl" \
       >> /tmp/results/$name.log 2>&1
     python3 -m vlrl compare "$dir/eval_base_sampled.jsonl" "$dir/eval_adapter_sampled.jsonl" \
       --output "$dir/comparison_sampled.json" >> /tmp/results/$name.log 2>&1

@@ -1,11 +1,13 @@
 """The GSPO recipe as a GRPOConfig, run files and their validation, and the shipped presets."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from vlrl.cli import main
 from vlrl.config import recipe as gspo
@@ -316,3 +318,23 @@ def test_optimizer_and_lora_targets_are_checked_and_sgd_widens_the_learning_rate
         cfg.preset("tiny", overrides=["model.lora_targets=heads", "training.optim=sgdd", "training.learning_rate=5"])
     for word in ("lora_targets = 'heads'", "optim = 'sgdd'", "learning_rate = 5.0 must be in (0, 1)"):
         assert word in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl-2b-crafter", "qwen3-vl-8b-crafter"])
+def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
+    """Their comment said "episodes per micro-batch"; the episode trainer cuts its forward passes by tokens, and a
+    step plays per_device_train_batch_size x gradient_accumulation_steps episodes per process (TRL's generation
+    batch: the recipe's steps_per_generation is the accumulation), num_generations of each seed."""
+    from vlrl.training import train
+
+    path = ROOT / "vlrl" / "presets" / f"{name}.toml"
+    text = path.read_text()
+    t = tomllib.loads(text)["training"]
+    assert "micro-batch" not in text
+    claimed = re.search(r"(\d+) x (\d+) = (\d+) episodes per optimizer step = (\d+) seeds x (\d+) episodes", text)
+    assert claimed, "the accumulation comment states the step's episodes"
+    per_device, accumulation, episodes, seeds, group = map(int, claimed.groups())
+    assert (per_device, accumulation, group) == (t["per_device_train_batch_size"], t["gradient_accumulation_steps"],
+                                                 t["num_generations"])
+    args = train.grpo_args(cfg.preset(name), tmp_path)
+    assert args.per_device_train_batch_size * args.steps_per_generation == episodes == seeds * group

@@ -122,13 +122,13 @@ def test_a_moved_module_imports_under_its_old_name_with_a_warning(old):
 
 
 def test_public_names_import_without_a_warning(recwarn):
-    from vlrl.model import load_model
     from vlrl.recipe import gspo_config
     from vlrl.rewards import format_reward
 
     import vlrl.config.recipe
     import vlrl.grammar.rewards
     import vlrl.model.loading
+    from vlrl.model import load_model
 
     assert format_reward is vlrl.grammar.rewards.format_reward and gspo_config is vlrl.config.recipe.gspo_config
     assert load_model is vlrl.model.loading.load_model
