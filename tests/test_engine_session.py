@@ -61,7 +61,7 @@ def test_turns_decoded_from_the_kept_cache_are_a_whole_prefills(policy, decodes,
     and the slots a decode writes are the ones counted."""
     whole = _play(policy, [0, 1, 2], max_images_in_context=8)
     decodes.clear()
-    monkeypatch.setattr(rollout, "CACHE_BUCKET", 128)
+    monkeypatch.setattr(session, "SESSION_CACHE_BUCKET", 128)
     kept = _play(policy, [0, 1, 2], fast_generation=True, max_images_in_context=8)
     _same_episodes(kept, whole)
     assert len({len(r) for e in kept for r in e.reply_ids}) > 1  # replies of unequal lengths
@@ -76,6 +76,7 @@ def test_turns_decoded_from_the_kept_cache_are_a_whole_prefills(policy, decodes,
         assert call["written"] == call["state"].start + call["steps"] - 1  # the last drawn token is never fed
     assert [d["cache_length"] for d in decodes] == sorted(d["cache_length"] for d in decodes)
     assert len({d["cache_length"] for d in decodes}) > 1  # lengthened in place, never prefilled again for it
+    assert all(d["cache_length"] % 128 == 0 for d in decodes)  # the session's one bucket, not the rollout's
     assert {d["rows"] for d in decodes} == {3}
     assert rollout.settings_for(cfg.preset("crafter-tiny"), "train").fast_generation
 

@@ -315,6 +315,26 @@ def _episode_config(*extra):
                                               *extra])
 
 
+def test_an_episode_rollout_decodes_with_the_trainers_one_decoding(policy, tmp_path, monkeypatch):
+    """The trainer builds one `Decoding` from the config (its suppressed ids mask the training forward) and its
+    rollouts play with that one: no second is built per step from the same settings."""
+    from vlrl import engine
+    from vlrl.episodes import rollout
+    from vlrl.training import train
+
+    model, processor = policy
+    config = _episode_config()
+    built = train.build_trainer(config, model, processor, trainer.seed_dataset([1_000_000]), tmp_path / "run",
+                                log=lambda *_: None)
+    assert built.rollout_decoding == rollout.decoding_for(model, processor, built.play_settings)
+    assert built.rollout_decoding.record_logps and built.play_settings.record_logps
+    assert built.rollout_decoding.max_new_tokens == config.training.max_completion_length
+    built_again = []
+    monkeypatch.setattr(engine, "decoding_for", lambda *a, **k: built_again.append(k) or pytest.fail("built again"))
+    episodes = built._play([0, 0])
+    assert len(episodes) == 2 and not built_again
+
+
 @pytest.mark.slow
 def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(policy, tmp_path):
     """The trainer an episode run gets is vlrl's GRPOTrainer; a step's turns split into passes (one per turn here)

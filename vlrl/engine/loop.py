@@ -24,7 +24,8 @@ from vlrl.engine.fusion import fused, recording
 from vlrl.engine.sampling import Budget, TokenChooser
 
 CHECK_EVERY = 8  # steps between the host's looks at "has every row stopped?": at most 7 wasted steps a batch
-CACHE_BUCKET = 256  # a static cache's length is a multiple of this: one compiled graph serves many batches
+CACHE_BUCKET = 256  # a static cache's length is a multiple of this: one compiled graph serves many batches (a
+# `Session`, whose contexts grow every turn, steps by its SESSION_CACHE_BUCKET instead)
 RECOMPILE_LIMIT = 32  # compiled shapes per process (rows x cache length) before torch falls back to eager
 STATIC_ON_CPU = False  # the static cache off CUDA (never compiled there): the tests run the GPU's code path on CPU
 

@@ -30,6 +30,10 @@ import torch
 from vlrl.engine.loop import Decoded, Decoding, Prefilled, decode, masks_own, prefill, run, static_on
 from vlrl.model import prompts
 
+# a session's cache length steps by this (`loop.cache_length`'s bucket, for contexts that grow every turn): each
+# length is one compiled decoding graph, so an episode's growing context should meet few of them
+SESSION_CACHE_BUCKET = 2048
+
 
 class Session:
     """The KV cache of `rows` slots kept across `decode` calls, and what each slot's rows hold: the context it last
@@ -50,7 +54,7 @@ class Session:
         device = next(model.parameters()).device
         if not static_on(device, decoding):
             return _live_only(model, processor, contexts, decoding, device)  # a dynamic cache: nothing to keep
-        decoding = replace(decoding, rows=self.rows)
+        decoding = replace(decoding, rows=self.rows, cache_bucket=SESSION_CACHE_BUCKET)
         kept, why = self._extension(contexts, decoding)
         if kept is None:
             inputs = dict(prompts.token_batch(processor, _filled(contexts, decoding.pad_id),

@@ -124,12 +124,11 @@ def _play_episodes(trainer, config: RunConfig, model, processor, args, log) -> N
                           "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary loss; "
                           "set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
     trainer.make_env = episode_rollout.environment_for(config)
-    trainer.play_settings = episode_rollout.settings_for(config, "train")
+    trainer.play_settings = replace(episode_rollout.settings_for(config, "train"), record_logps=True)
     trainer.episodes_at_once = config.training.generation_batch_size
     trainer.pass_tokens = config.model.max_seq_length
     trainer.episode_log = log
-    trainer.rollout_decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
-                                                   temperature=args.temperature, record_logps=True)
+    trainer.rollout_decoding = episode_rollout.decoding_for(model, processor, trainer.play_settings)  # play's one
 
 
 # GRPOConfig's sampling filters at the values that leave the distribution whole (TRL's defaults)
