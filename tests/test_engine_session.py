@@ -8,10 +8,9 @@ import torch
 
 from vlrl import engine
 from vlrl.config import runfile as cfg
-from vlrl.engine import loop, session
+from vlrl.engine import loop, session, token_types
 from vlrl.envs import make
 from vlrl.episodes import rollout
-from vlrl.model import prompts
 
 SETTINGS = {"max_turns": 5, "max_new_tokens": 24, "max_seq_length": 4096, "temperature": 0.0,
             "record_logps": True}
@@ -98,11 +97,11 @@ def test_a_context_that_does_not_extend_its_slot_is_prefilled_whole(policy, deco
 
 def test_extension_needs_the_same_ids_and_the_same_pictures():
     picture = torch.zeros(4, 2)
-    taken = prompts.Tokenized([1, 2, 3], (picture,), (torch.tensor([[1, 2, 2]]),))
-    grown = prompts.Tokenized([1, 2, 3, 4], (picture,), (torch.tensor([[1, 2, 2]]),))
+    taken = token_types.Tokenized([1, 2, 3], (picture,), (torch.tensor([[1, 2, 2]]),))
+    grown = token_types.Tokenized([1, 2, 3, 4], (picture,), (torch.tensor([[1, 2, 2]]),))
     assert session._extends(taken, grown)
-    assert not session._extends(taken, prompts.Tokenized([1, 2, 3, 4], (picture.clone(),), grown.grids))
-    assert not session._extends(taken, prompts.Tokenized([1, 2, 4, 4], (picture,), grown.grids))
+    assert not session._extends(taken, token_types.Tokenized([1, 2, 3, 4], (picture.clone(),), grown.grids))
+    assert not session._extends(taken, token_types.Tokenized([1, 2, 4, 4], (picture,), grown.grids))
     assert not session._extends(taken, taken)  # nothing new: nothing to start decoding from
 
 

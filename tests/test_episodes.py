@@ -104,7 +104,7 @@ def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
 
 
 def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
-    from vlrl.model.prompts import Tokenized
+    from vlrl.engine.token_types import Tokenized
 
     segments = [[{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}] for p, r in ((90, 10), (280, 20), (150, 50),
                                                                                       (800, 100))]
@@ -291,7 +291,7 @@ def test_episode_replies_never_hold_an_image_placeholder(policy):
     """A reply holding <|image_pad|> would break its turn's training forward (one image token more than pictures);
     the policy here prefers it at every step, by far, and no reply holds one."""
     from vlrl.episodes.rollout import Settings, play
-    from vlrl.model.prompts import vision_token_ids
+    from vlrl.model.vision_tokens import vision_token_ids
 
     model, processor = policy
     placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -412,9 +412,9 @@ def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, t
     layer as it is (chunked over the vocabulary) and adapted by LoRA (the tiny presets')."""
     from trl.trainer.utils import pad
 
+    from vlrl.engine.token_types import token_batch
     from vlrl.episodes.rollout import play
     from vlrl.model import loading as models
-    from vlrl.model.prompts import token_batch
     from vlrl.training import train
     from vlrl.training.mismatch import masked
 

@@ -24,8 +24,8 @@ from vlrl.base.progress import duration
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, sharded_eval
+from vlrl.model import lengths, prompts
 from vlrl.model import loading as model
-from vlrl.model import prompts
 from vlrl.training import train, warmstart
 
 
@@ -128,8 +128,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
     if processor is not None:  # the drops are counted in data_report.too_long
-        train_ds, _ = prompts.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
-        eval_ds, _ = prompts.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
+        train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
+        eval_ds, _ = lengths.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
@@ -288,5 +288,5 @@ def held_out(config: RunConfig, processor):
     """The run's held-out items as TRL rows, length-filtered: exactly what its evals score (a pure function of the
     configuration and the processor)."""
     rows = eval_items(config) if config.eval.source else split(config, data.load_rows(config.data))[1]
-    eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
+    eval_ds, _ = lengths.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
     return eval_ds

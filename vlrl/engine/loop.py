@@ -38,7 +38,7 @@ class Decoding:
         max_new_tokens: the completion budget; a completion that reaches it ends with finish reason "length".
         temperature: 0 decodes greedily; > 0 draws from softmax(logits / temperature), the whole vocabulary.
         stop_ids: the tokens that end a completion (kept in it, as a trained token).
-        suppress_ids: tokens never produced (image and video placeholders: `vlrl.model.prompts.vision_token_ids`).
+        suppress_ids: tokens never produced (image and video placeholders: `vlrl.model.vision_tokens.vision_token_ids`).
         pad_id: written after a row has stopped.
         budget: the thinking budget, or None.
         static: a static KV cache sized to the batch's longest context plus `max_new_tokens` (rounded up to

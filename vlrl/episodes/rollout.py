@@ -27,9 +27,9 @@ import time
 from dataclasses import dataclass, field
 
 from vlrl import engine
+from vlrl.engine import token_types
 from vlrl.episodes.context import Settings, assistant_message, cap_context, observation_message, opening
 from vlrl.episodes.tokens import Contexts
-from vlrl.model import prompts
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
 
@@ -38,7 +38,7 @@ ENDINGS = ("done", "max_turns", "truncated", "failed")
 class Episode:
     """One episode: its full conversation (every image, OpenAI schema), the observations as the environment gave
     them (`frames`, reset's first), one dict per turn, each turn's context as the model took it (`contexts`:
-    `prompts.Tokenized`) and the token ids of each reply as generated (what training scores; with
+    `token_types.Tokenized`) and the token ids of each reply as generated (what training scores; with
     `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
 
     seed: int
@@ -65,7 +65,7 @@ class Episode:
     def total_return(self) -> float:
         return float(sum(t["reward"] for t in self.turns))
 
-    def context(self, settings: Settings, processor) -> prompts.Tokenized:
+    def context(self, settings: Settings, processor) -> token_types.Tokenized:
         """The context the model sees now, as token ids: the conversation with the in-context image cap applied."""
         capped, dropped = cap_context(self.messages, max_images=settings.max_images_in_context,
                                       step=settings.image_drop_step)

@@ -85,7 +85,7 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
 
 def turn_rows(episodes, advantages: list[float]) -> list[dict]:
     """Every assistant turn of the episodes with a finite advantage, as one row: which episode it is of, its context
-    as the model took it (`prompt`: `prompts.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
+    as the model took it (`prompt`: `token_types.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
     rows = []
     for e, (episode, advantage) in enumerate(zip(episodes, advantages)):
         if not math.isfinite(advantage):

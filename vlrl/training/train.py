@@ -30,7 +30,7 @@ from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
-from vlrl.model import prompts
+from vlrl.model import lengths, vision_tokens
 from vlrl.model.loading import backend_of
 from vlrl.training import dynamic_sampling, episode_trainer, mismatch
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
@@ -111,7 +111,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     elif transformers_backend:
         trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
     else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
-        trainer.generation_config.suppress_tokens = prompts.vision_token_ids(processor)
+        trainer.generation_config.suppress_tokens = vision_tokens.vision_token_ids(processor)
         trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
 
@@ -150,7 +150,7 @@ def rollout_decoding(config: RunConfig, model, processor, train_dataset, args, f
     decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
                                    temperature=args.temperature, thinking_budget=t.thinking_budget, static=fast,
                                    record_logps=True)
-    longest = prompts.longest_prompt(train_dataset) or config.data.max_prompt_tokens
+    longest = lengths.longest_prompt(train_dataset) or config.data.max_prompt_tokens
     return replace(decoding, min_cache_length=min(longest, config.data.max_prompt_tokens) + args.max_completion_length)
 
 
