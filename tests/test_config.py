@@ -60,6 +60,20 @@ def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_
         assert field in gspo.gspo_values(recipe), f"gspo_values({recipe!r}) leaves {field} to the backend's default"
 
 
+def test_the_run_files_training_defaults_are_the_recipes():
+    """[training]'s defaults and the recipe's values are defined once (`recipe.TRAINING_DEFAULTS`): a run file that
+    leaves a setting out runs the recipe's value, and the two cannot drift apart."""
+    import dataclasses
+
+    from vlrl.config.sections import TrainingConfig
+
+    fields = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
+    values = gspo.gspo_values()
+    for key, default in gspo.TRAINING_DEFAULTS.items():
+        assert fields[key] == default == values[key], key
+    assert set(gspo.TRAINING_DEFAULTS) == {k for k in fields if k in values and k != "weight_decay"} - {"optim"}
+
+
 def test_recipe_values_are_what_the_trainer_receives(tmp_path):
     from vlrl.training.train import grpo_args
 
