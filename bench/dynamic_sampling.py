@@ -69,7 +69,7 @@ def _children_cpu() -> float:
 
 def after_vs(run: dict, other: dict) -> dict:
     """`run`'s held-out episodes after training against `other`'s, paired by seed (the same 48 worlds)."""
-    from vlrl.evaluation import episode_compare as compare
+    from vlrl.evaluation import compare  # single-turn and episode records alike
 
     c = compare.compare(Path(other["run_dir"]) / "eval_after.jsonl", Path(run["run_dir"]) / "eval_after.jsonl")
     return {"against": other["name"], "success": [c["success_before"], c["success_after"]],

@@ -117,14 +117,13 @@ class StageClock:
 def skip_evals() -> None:
     """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
     from vlrl import report
-    from vlrl import run_episodes as episode_stages
     from vlrl.evaluation import compare
 
     def skipped(*args, **kwargs):
         print("eval: skipped (VLRL_SKIP_EVALS=1)")
         return []
 
-    run_stages.evaluate_policy = episode_stages.evaluate_episodes = skipped
+    run_stages.evaluate_policy = skipped  # the eval stage of single-turn and episode runs alike
     run_stages.compare_run = lambda *args, **kwargs: {}
     compare.summary = lambda *args, **kwargs: "comparison: skipped (VLRL_SKIP_EVALS=1)"  # episode runs' too
     report.render = lambda *args, **kwargs: None

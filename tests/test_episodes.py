@@ -315,6 +315,21 @@ def _episode_config(*extra):
                                               *extra])
 
 
+def test_an_episode_runs_eval_is_the_one_eval_stage(policy, tmp_path):
+    """`vlrl.run.evaluate_policy` is the eval stage of single-turn and episode runs alike: for an [env] run it plays
+    the eval seeds into the run's eval file; the episode stages keep no second one."""
+    from vlrl import run as stages
+    from vlrl import run_episodes
+
+    model, processor = policy
+    config = _episode_config("env.eval_seeds=2", "eval.batch_size=2")
+    run = stages.start(config, tmp_path / "run")
+    records = stages.evaluate_policy(config, model, processor, None, run, "before", log=lambda *_: None)
+    assert [r["kind"] for r in records] == ["episode", "episode"] and [r["seed"] for r in records] == [0, 1]
+    assert len(run.eval_before.read_text().splitlines()) == 2 and run.episode_frames("before").is_dir()
+    assert not hasattr(run_episodes, "evaluate_episodes") and not hasattr(run_episodes, "environment")
+
+
 def test_an_episode_rollout_decodes_with_the_trainers_one_decoding(policy, tmp_path, monkeypatch):
     """The trainer builds one `Decoding` from the config (its suppressed ids mask the training forward) and its
     rollouts play with that one: no second is built per step from the same settings."""

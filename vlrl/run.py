@@ -152,11 +152,17 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
-    """Greedy eval of the eval items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
-    item into samples_<when>.jsonl (pass@k), each sharded over the processes of a launch (`vlrl.evaluation.sharded_eval`).
+    """The eval stage of every run: greedy eval of the eval items (`eval_ds`) into eval_<when>.jsonl, and with
+    [eval] samples = K, K seeded draws per item into samples_<when>.jsonl (pass@k), each sharded over the processes
+    of a launch (`vlrl.evaluation.sharded_eval`). An episode run ([env]; `eval_ds` is None) plays its eval seeds'
+    episodes instead, on the main process (`vlrl.episodes.evaluate.evaluate_run`), into the same files.
     "before" resumes partial files; "after" always starts over, since records of an earlier adapter must never be
     scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
+    if config.env.name:
+        from vlrl.episodes.evaluate import evaluate_run
+
+        return distributed.on_main(evaluate_run, config, policy, processor, run, when, log)
     e = config.eval
     paths = [(run.eval_file(f"eval_{when}"), 0)]
     if e.samples:
