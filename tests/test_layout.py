@@ -111,11 +111,13 @@ def test_design_md_draws_the_layers():
 
 
 @pytest.mark.parametrize("old", ["vlrl.prompts", "vlrl.episodes.trainer", "vlrl.records"])
-def test_a_moved_module_imports_under_its_old_name_with_a_warning(old):
+def test_a_moved_module_imports_under_its_old_name_with_a_warning(old, monkeypatch):
     import importlib
+    import sys
 
     import vlrl
 
+    monkeypatch.delitem(sys.modules, old, raising=False)  # imported earlier in this process (tests/test_one_definition)
     with pytest.warns(DeprecationWarning, match=vlrl.MOVED[old]):
         module = importlib.import_module(old)
     assert module is importlib.import_module(vlrl.MOVED[old])
