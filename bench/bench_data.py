@@ -134,24 +134,25 @@ def main() -> None:
 
         from transformers import AutoProcessor
 
+        from vlrl.model import lengths, prompts
         from vlrl.training.warmstart import ensure_tiny
 
         processor = AutoProcessor.from_pretrained(ensure_tiny(warm_start_steps=0))
         subset = ds.select(range(min(args.length_items, len(ds))))
-        prompts, seconds_prompts = timed(lambda: prompts.to_dataset(subset))
-        exact, seconds_exact = timed(lambda: [prompts.prompt_tokens(processor, row) for row in prompts])
-        results["prompt_tokens_each_with_processor"] = {"rows": len(prompts), "seconds": round(seconds_exact, 3),
-                                                        "prompts_per_second": round(len(prompts) / seconds_exact, 1)}
-        meter = prompts.LengthMeter(processor)
-        assert [meter(row) for row in prompts] == exact  # the fast path counts exactly what the processor counts
-        (_kept, dropped), seconds = timed(lambda: prompts.filter_by_length(prompts, processor, 1024))
+        rows, seconds_prompts = timed(lambda: prompts.to_dataset(subset))
+        exact, seconds_exact = timed(lambda: [lengths.prompt_tokens(processor, row) for row in rows])
+        results["prompt_tokens_each_with_processor"] = {"rows": len(rows), "seconds": round(seconds_exact, 3),
+                                                        "prompts_per_second": round(len(rows) / seconds_exact, 1)}
+        meter = lengths.LengthMeter(processor)
+        assert [meter(row) for row in rows] == exact  # the fast path counts exactly what the processor counts
+        (_kept, dropped), seconds = timed(lambda: lengths.filter_by_length(rows, processor, 1024))
         results["to_dataset"] = {"rows": len(subset), "seconds": round(seconds_prompts, 3),
                                  "rows_per_second": round(len(subset) / seconds_prompts, 1)}
-        results["filter_by_length"] = {"rows": len(prompts), "seconds": round(seconds, 3),
-                                       "prompts_per_second": round(len(prompts) / seconds, 1), "dropped": dropped}
+        results["filter_by_length"] = {"rows": len(rows), "seconds": round(seconds, 3),
+                                       "prompts_per_second": round(len(rows) / seconds, 1), "dropped": dropped}
         print(f"to_dataset: {len(subset) / seconds_prompts:.1f} rows/s; prompt_tokens (processor on every prompt): "
-              f"{len(prompts) / seconds_exact:.1f} prompts/s; filter_by_length (512 px, 256 image tokens each): "
-              f"{len(prompts) / seconds:.1f} prompts/s")
+              f"{len(rows) / seconds_exact:.1f} prompts/s; filter_by_length (512 px, 256 image tokens each): "
+              f"{len(rows) / seconds:.1f} prompts/s")
 
         _, seconds = timed(lambda: data.split_holdout(ds, n=min(100, len(ds) // 3), seed=0))
         results["split_holdout"] = {"rows": len(ds), "seconds": round(seconds, 3),

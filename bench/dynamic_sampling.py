@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_io import write_results
+from results_io import pack, write_results
 
 # 2 moves to the goal and 2 turns to make them: the warm-started policy succeeds in ~6-12% of episodes, so a group of
 # 8 is all failures about half the time (0.9^8 = 0.43) and, as training raises success, all successes now and then
@@ -70,7 +69,7 @@ def _children_cpu() -> float:
 
 def after_vs(run: dict, other: dict) -> dict:
     """`run`'s held-out episodes after training against `other`'s, paired by seed (the same 48 worlds)."""
-    from vlrl.evaluation import episode_compare as compare
+    from vlrl.evaluation import compare  # single-turn and episode records alike
 
     c = compare.compare(Path(other["run_dir"]) / "eval_after.jsonl", Path(run["run_dir"]) / "eval_after.jsonl")
     return {"against": other["name"], "success": [c["success_before"], c["success_after"]],
@@ -78,12 +77,11 @@ def after_vs(run: dict, other: dict) -> dict:
 
 
 def keep_logs(runs: list[dict], output: Path) -> None:
-    """Each run's config.toml, train_log.jsonl and comparison.json under OUTPUT/<run> (a few kB each)."""
+    """Each run's config.toml, train_log.jsonl and comparison.json packed as OUTPUT/<run>.json (a few kB each)."""
     for r in runs:
-        kept = output / Path(r["run_dir"]).name
-        kept.mkdir(parents=True, exist_ok=True)
-        for name in ("config.toml", "train_log.jsonl", "comparison.json"):
-            shutil.copy(Path(r["run_dir"]) / name, kept / name)
+        kept = output / f"{Path(r['run_dir']).name}.json"
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        pack(r["run_dir"], kept)
         r["run_dir"] = str(kept)
 
 

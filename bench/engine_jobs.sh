@@ -261,11 +261,11 @@ plan_s45() {  # after the merged turn scoring (vlrl.episodes.scoring) and the Cr
 }
 
 plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): the 2B Crafter preset's step with the
-  # kept cache and with every turn prefilled whole (as before), one after the other; the 8B adapter's read-back gap
+  # kept cache (its whole-prefill row ran with a switch of rehearsal_cli.py that patched the engine, in git at
+  # 66c797f: check that commit out to run it again); the 8B adapter's read-back gap
   # (bench/gpu_reload_gap.py, after its probes left gemlite's kernels); then the 8B Crafter preset's step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   crafter_2b_step c2b-session
-  VLRL_WHOLE_PREFILL=1 crafter_2b_step c2b-whole
   timeout 420 python3 bench/gpu_reload_gap.py --out $RESULTS/reload > $RESULTS/reload.log 2>&1
   crafter_8b_step c8b-session
 }

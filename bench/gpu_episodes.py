@@ -54,8 +54,8 @@ def main(argv=None) -> int:
 
     from vlrl import run as stages
     from vlrl.config import runfile as cfg
+    from vlrl.episodes.rollout import environment_for as environment
     from vlrl.episodes.rollout import settings_for
-    from vlrl.run_episodes import environment
 
     config = cfg.preset(args.preset, overrides=[f"model.name_or_path={args.checkpoint}"])
     policy, processor = stages.load_policy(config, print)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs GPU jobs on the device machine; each job's log and results are packed into $OUT (8 files come back at most).
-#   bash bench/gpu_jobs.sh tiny-gpu learn:bench/learning/compare-warm300.toml "8b bnb4 256" "8b bnb4 1024 fast micro4" ...
+#   bash bench/gpu_jobs.sh tiny-gpu learn:bench/learning/greedy-vision.toml "8b bnb4 256" "8b bnb4 1024 fast micro4" ...
 #   (carry [".whl"])
 # tiny-gpu: `vlrl train --preset tiny-gpu` (the Unsloth backend), started in the background;
 # learn:CONFIG: `vlrl run --config CONFIG`, then a sampled eval of the warm start and of the adapter, compared; all

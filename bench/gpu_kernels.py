@@ -10,17 +10,12 @@ NF4-dequantized weight bitsandbytes computes with (the reference every candidate
 apart from the timed ones; the graph's output is also checked against the eager call. Memory: bytes of each
 format's weights (scales included) for the 8B language model's 252 linears.
 
-Candidates (each in its own try/except: a failure is recorded with its error; `CANDIDATES` in run order): bf16
-cuBLAS; bitsandbytes NF4 (Linear4bit); vlrl's packed int8 and fp8 (vlrl.engine.weights: per output channel, or g64 =
-one scale per NF4 block of 64; gemlite backend, plain-torch backend; prefill through its fused dequantize + cuBLAS),
-gemlite's own GEMM on those weights for prefill, and vlrl int8 with gemlite's bf16 split-K sums; gemlite A16W8 int8
-and fp8 per channel (its own helpers), gemlite int4 at groups 128 and 64 (min-max from the NF4 weights); torchao 0.18
-int8 weight-only (eager and compiled), int4 tinygemm (tile_packed_to_4d, group 128), fp8 weight-only;
-torch._scaled_mm fp8 with rowwise dynamic activation scales; and a torch.compile'd (Inductor) dequantize + matmul of
-the int8 weights. gemlite autotunes ("fast" configurations), each configuration benchmarked 5 + 25 ms (its default
-25 + 100) so that the run fits one call; `--budget-s` stops starting new work past that many seconds and records
-what was left out. `module_check` first checks vlrl.engine.weights on the GPU (gemlite against plain torch, the
-input gradient, a compiled layer, pack_for_decoding under PEFT LoRA). bench/results/kernels.md has the results.
+Candidates (`CANDIDATES`, in run order; each in its own try/except, a failure recorded with its error): bf16 cuBLAS;
+bitsandbytes NF4; vlrl's packed int8 and fp8 (vlrl.engine.weights: per output channel or per NF4 block of 64, gemlite
+or plain torch) and its variants; gemlite A16W8 int8 / fp8 and int4 at groups 128 and 64; torchao 0.18 int8, int4 and
+fp8 weight-only; torch._scaled_mm fp8; a torch.compile'd dequantize + matmul of the int8 weights. gemlite autotunes
+briefly so the run fits one call; `--budget-s` stops starting new work past that many seconds and records what was
+left out. `module_check` first checks vlrl.engine.weights on the GPU. Results: bench/results/kernels.md.
 
     python bench/gpu_kernels.py --out $OUT/kernels
     python bench/gpu_kernels.py --out $OUT/kernels --only "bf16 cuBLAS" "vlrl int8 (gemlite)" --rows 16 32

@@ -1,4 +1,4 @@
-"""The fused NF4 kernel alone (`bench/nf4_decode.py`), layer by layer, against bitsandbytes' dequantize + bf16 matmul:
+"""The fused NF4 kernel alone (`tests/nf4_decode.py`), layer by layer, against bitsandbytes' dequantize + bf16 matmul:
 the Qwen3-VL-8B language model's four projection shapes at decode batches of 8 and 32, each call replayed from a CUDA
 graph (as compiled decoding runs it), over a sweep of tile sizes, with `launch_config`'s rule marked.
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the kernel lives beside its test
 
 SHAPES = {"q/o": (4096, 4096), "k/v": (1024, 4096), "gate/up": (12288, 4096), "down": (4096, 12288)}  # (N, K)
 
@@ -45,10 +46,9 @@ def graph_ms(fn, calls: int = 20, reps: int = 5) -> float:
 
 def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
     """bitsandbytes, the op as vlrl calls it, and every tile configuration of the sweep, on one random NF4 layer."""
+    import nf4_decode  # tests/nf4_decode.py
     import triton
     from bitsandbytes.nn import Linear4bit, Params4bit
-
-    from bench import nf4_decode
 
     layer = Linear4bit(k, n, bias=False, compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=True)
     layer.weight = Params4bit((torch.randn(n, k) * 0.02).to(torch.bfloat16), requires_grad=False,
@@ -92,7 +92,7 @@ def measure_layer(label: str, n: int, k: int, m: int, programs: int) -> dict:
 
 
 def main() -> None:
-    from bench import nf4_decode
+    import nf4_decode  # tests/nf4_decode.py
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)

@@ -14,9 +14,6 @@ updates, a non-zero adapter to save and verify), at the same cost per step as th
 With VLRL_STAGES=FILE, each stage `vlrl run` announces (its "=== 1/6 model ..." banners) is timed, with the CUDA
 allocator's peak allocated and reserved memory within it, and FILE gets them as JSON as each stage ends.
 
-With VLRL_WHOLE_PREFILL=1, every episode turn is prefilled whole (`vlrl.engine.session` keeps no cache from turn to
-turn): the rollouts as they were before the session, for a side-by-side in one call.
-
 With VLRL_SKIP_EVALS=1, `vlrl run` leaves out its two evals (and so the comparison and the report): every other stage
 as a user runs it, for a rerun of a preset whose evals an earlier rehearsal measured (a 16-turn Crafter eval batch
 takes minutes of the device's time).
@@ -120,32 +117,22 @@ class StageClock:
 def skip_evals() -> None:
     """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
     from vlrl import report
-    from vlrl import run_episodes as episode_stages
     from vlrl.evaluation import compare
 
     def skipped(*args, **kwargs):
         print("eval: skipped (VLRL_SKIP_EVALS=1)")
         return []
 
-    run_stages.evaluate_policy = episode_stages.evaluate_episodes = skipped
+    run_stages.evaluate_policy = skipped  # the eval stage of single-turn and episode runs alike
     run_stages.compare_run = lambda *args, **kwargs: {}
     compare.summary = lambda *args, **kwargs: "comparison: skipped (VLRL_SKIP_EVALS=1)"  # episode runs' too
     report.render = lambda *args, **kwargs: None
-
-
-def whole_prefills() -> None:
-    """Every episode turn prefilled whole: the session never extends its kept cache."""
-    from vlrl.engine import session
-
-    session.Session._extension = lambda self, contexts, decoding: (None, "VLRL_WHOLE_PREFILL")
 
 
 if os.environ.get("VLRL_STAGES"):
     StageClock(os.environ["VLRL_STAGES"])
 if os.environ.get("VLRL_SKIP_EVALS") == "1":
     skip_evals()
-if os.environ.get("VLRL_WHOLE_PREFILL") == "1":
-    whole_prefills()
 
 if __name__ == "__main__":
     sys.exit(main())

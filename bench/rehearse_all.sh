@@ -35,29 +35,9 @@ data_ready() {  # the data, generated once (lane 0) and preprocessed once into t
   fi
 }
 
-learn_shift() {  # learn_shift [WARM_STEPS]: issue 20's easy-chart warm start (the run file's 1,000 steps, or
-  # WARM_STEPS), then GSPO on the harder charts, two variants side by side
-  export OMP_NUM_THREADS=4  # 16 threads each, side by side, spun 50x slower (gpu_jobs.sh)
-  local steps=${1:-} tag=${1:+-warm$1} start=$(date +%s)
-  local warm=runs/greedy-shift-warm$steps
-  python3 -m vlrl sft --config bench/learning/greedy-shift-warm.toml ${steps:+--set model.warm_start_steps=$steps} \
-    --run-dir $warm > /tmp/results/greedy-shift-warm${steps}_sft.log 2>&1  # apart from the runs' logs
-  echo "== greedy-shift-warm${steps} sft rc=$? $(( $(date +%s) - start ))s"
-  for variant in greedy-shift greedy-shift-vision; do
-    ( python3 -m vlrl run --config bench/learning/$variant.toml --set model.name_or_path=$warm/sft \
-        --run-dir /tmp/learn/$variant$tag > /tmp/results/$variant$tag.log 2>&1
-      echo "== $variant$tag rc=$? $(( $(date +%s) - start ))s"
-      cp /tmp/results/$variant$tag.log /tmp/learn/$variant$tag/run.log
-      tar -czf /tmp/results/learn_$variant$tag.tar.gz -C /tmp/learn --exclude="*/checkpoints" \
-        --exclude="*/adapter" --exclude="*/eval_images" "$variant$tag" ) &
-  done
-  wait
-}
-
 lane0() {  # the 2B preset with every export format; then the learning runs
   data_ready & checkpoints 2b; wait  # the data on the CPU while the GPU builds the checkpoint
   mathvista r2b qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random --set 'export.formats=["lora", "merged16", "gguf"]'
-  learn_shift
 }
 
 lane1() {  # the 4B preset; its decode at 16 and 32; an 8B GSPO step decoding 16 at once

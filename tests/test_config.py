@@ -1,11 +1,13 @@
 """The GSPO recipe as a GRPOConfig, run files and their validation, and the shipped presets."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from vlrl.cli import main
 from vlrl.config import recipe as gspo
@@ -56,6 +58,20 @@ def test_every_default_trl_and_unsloth_disagree_on_is_set_explicitly(field, tmp_
     assert _trl_default(field, GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)) == trl_default
     for recipe in gspo.RECIPES:
         assert field in gspo.gspo_values(recipe), f"gspo_values({recipe!r}) leaves {field} to the backend's default"
+
+
+def test_the_run_files_training_defaults_are_the_recipes():
+    """[training]'s defaults and the recipe's values are defined once (`recipe.TRAINING_DEFAULTS`): a run file that
+    leaves a setting out runs the recipe's value, and the two cannot drift apart."""
+    import dataclasses
+
+    from vlrl.config.sections import TrainingConfig
+
+    fields = {f.name: f.default for f in dataclasses.fields(TrainingConfig)}
+    values = gspo.gspo_values()
+    for key, default in gspo.TRAINING_DEFAULTS.items():
+        assert fields[key] == default == values[key], key
+    assert set(gspo.TRAINING_DEFAULTS) == {k for k in fields if k in values and k != "weight_decay"} - {"optim"}
 
 
 def test_recipe_values_are_what_the_trainer_receives(tmp_path):
@@ -342,3 +358,23 @@ def test_the_recipe_names_its_optimizer_and_precision_with_the_reason(machine, o
     line = machine_line(chosen)
     assert f"optimizer {optim} (" in line and f"precision {precision} (" in line
     assert machine_choices("sgd", **machine)["optim_reason"] == "[training] optim"  # the run file's choice, named
+
+
+@pytest.mark.parametrize("name", ["qwen3-vl-2b-crafter", "qwen3-vl-8b-crafter"])
+def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
+    """Their comment said "episodes per micro-batch"; the episode trainer cuts its forward passes by tokens, and a
+    step plays per_device_train_batch_size x gradient_accumulation_steps episodes per process (TRL's generation
+    batch: the recipe's steps_per_generation is the accumulation), num_generations of each seed."""
+    from vlrl.training import train
+
+    path = ROOT / "vlrl" / "presets" / f"{name}.toml"
+    text = path.read_text()
+    t = tomllib.loads(text)["training"]
+    assert "micro-batch" not in text
+    claimed = re.search(r"(\d+) x (\d+) = (\d+) episodes per optimizer step = (\d+) seeds x (\d+) episodes", text)
+    assert claimed, "the accumulation comment states the step's episodes"
+    per_device, accumulation, episodes, seeds, group = map(int, claimed.groups())
+    assert (per_device, accumulation, group) == (t["per_device_train_batch_size"], t["gradient_accumulation_steps"],
+                                                 t["num_generations"])
+    args = train.grpo_args(cfg.preset(name), tmp_path)
+    assert args.per_device_train_batch_size * args.steps_per_generation == episodes == seeds * group

@@ -13,7 +13,7 @@ from PIL import Image
 from vlrl import data
 from vlrl.base import synthetic
 from vlrl.cli import main
-from vlrl.model import prompts
+from vlrl.model import lengths, prompts
 
 
 @pytest.fixture(scope="module")
@@ -34,28 +34,28 @@ def test_prompt_tokens_count_image_tokens(processor):
     large = prompts.to_prompt({**item, "image": item["image"].resize((128, 128))})
     # patch 16, merge 2: 64 px -> 4x4 patches, merged 2x2 -> 4 image tokens; 128 px -> 16
     assert image_tokens(processor, small) == 4 and image_tokens(processor, large) == 16
-    assert prompts.prompt_tokens(processor, large) - prompts.prompt_tokens(processor, small) == 12
+    assert lengths.prompt_tokens(processor, large) - lengths.prompt_tokens(processor, small) == 12
 
 
 def test_filter_drops_whole_prompts_and_counts_them(processor):
     items = synthetic.generate(6, image_size=64)
     items[2] = {**items[2], "image": Image.new("RGB", (512, 512), "white")}  # 256 image tokens
     prompt_rows = prompts.to_dataset(items)
-    lengths = [prompts.prompt_tokens(processor, row) for row in prompt_rows]
-    limit = sorted(lengths)[-2]  # everything but the 512 px item fits
+    measured = [lengths.prompt_tokens(processor, row) for row in prompt_rows]
+    limit = sorted(measured)[-2]  # everything but the 512 px item fits
     report = data.DataReport(source="synthetic")
-    kept, dropped = prompts.filter_by_length(prompt_rows, processor, limit, report=report, part="train")
+    kept, dropped = lengths.filter_by_length(prompt_rows, processor, limit, report=report, part="train")
     assert dropped == 1 and len(kept) == 5 and items[2]["id"] not in kept["id"]
     assert report.too_long == {"train": 1} and report.skipped == {"too_long": 1}
-    assert report.examples["too_long"][0].startswith(f"{items[2]['id']}: {max(lengths)} prompt tokens")
+    assert report.examples["too_long"][0].startswith(f"{items[2]['id']}: {max(measured)} prompt tokens")
     for row in kept:  # nothing was cut: every image still expands to all of its tokens
-        assert image_tokens(processor, row) == 4 and prompts.prompt_tokens(processor, row) <= limit
-    same, none = prompts.filter_by_length(prompt_rows, processor, max(lengths))
+        assert image_tokens(processor, row) == 4 and lengths.prompt_tokens(processor, row) <= limit
+    same, none = lengths.filter_by_length(prompt_rows, processor, max(measured))
     assert none == 0 and len(same) == len(prompt_rows)
     # each kept prompt's measured length travels with it: fast rollouts size their KV cache from the longest
-    assert kept["prompt_tokens"] == [n for n in lengths if n <= limit] and same["prompt_tokens"] == lengths
-    assert prompts.longest_prompt(kept) == limit and prompts.longest_prompt(prompt_rows) is None
-    again, _ = prompts.filter_by_length(kept, processor, limit)  # filtered twice: one column, measured again
+    assert kept["prompt_tokens"] == [n for n in measured if n <= limit] and same["prompt_tokens"] == measured
+    assert lengths.longest_prompt(kept) == limit and lengths.longest_prompt(prompt_rows) is None
+    again, _ = lengths.filter_by_length(kept, processor, limit)  # filtered twice: one column, measured again
     assert again.column_names.count("prompt_tokens") == 1 and again["prompt_tokens"] == kept["prompt_tokens"]
 
 
@@ -66,8 +66,8 @@ def test_length_meter_matches_the_processor(processor):
     rows = [prompts.to_prompt({**item, "image": item["image"].resize(size)}) for item, size in zip(items, sizes)]
     rows.append(prompts.to_prompt({**items[0], "question": "<image> then <image>?",
                                 "images": [items[0]["image"], items[1]["image"].resize((128, 96))]}))
-    meter = prompts.LengthMeter(processor)
-    assert [meter(row) for row in rows] == [prompts.prompt_tokens(processor, row) for row in rows]
+    meter = lengths.LengthMeter(processor)
+    assert [meter(row) for row in rows] == [lengths.prompt_tokens(processor, row) for row in rows]
     assert meter.checked == {(64, 64), (128, 96), (200, 64)} and not meter.exact_only
 
 

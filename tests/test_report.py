@@ -15,7 +15,7 @@ from vlrl.base.errors import EvalError, RunDirError
 from vlrl.config import runfile as config
 from vlrl.evaluation import evaluate
 from vlrl.evaluation.records import read_records, save_images
-from vlrl.model import prompts
+from vlrl.model import lengths, prompts
 
 # Completions a model could write, scored by the real eval code: before, after.
 RIGHT = "<REASONING>I read {gold}.</REASONING><SOLUTION>{gold}</SOLUTION>"
@@ -160,7 +160,7 @@ def test_items_view_shows_images_prompts_and_measured_length(tiny_processor):
     assert page.count('<img alt="image of') == 2 and "2 of 3 items" in page
     for row in (rows[0], rows[1]):
         assert html.escape(evaluate.question(row)) in page  # the prompt's text, instruction included
-        assert f"({prompts.prompt_tokens(tiny_processor, row)} tokens, image tokens included)" in page
+        assert f"({lengths.prompt_tokens(tiny_processor, row)} tokens, image tokens included)" in page
         assert f"<td>answer</td><td><code>{row['answer']}</code></td>" in page
     assert html.escape("<|vision_start|><|image_pad|><|vision_end|>") in page
     canonical = report.items_html(items, n=1)  # canonical rows: the question as prompts.question_text builds it

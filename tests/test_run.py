@@ -138,6 +138,36 @@ def test_a_run_directory_holds_one_configuration(tmp_path):
     assert config.load(run_dir / "config.toml") == tiny  # left as it was
 
 
+def test_a_run_directory_is_claimed_once_per_run(tmp_path, monkeypatch):
+    """The stages claim the directory (`vlrl.run.start`), then training gets the same RunDir: it checks and writes
+    config.toml once, not again; another configuration on the same object is checked again."""
+    from vlrl.config import runfile as config
+    from vlrl.config.rundir import RunDir
+    from vlrl.run import start
+    from vlrl.training import train
+
+    claims = []
+    claim = RunDir._claim
+    monkeypatch.setattr(RunDir, "_claim", lambda self, *a: claims.append(a[-1]) or claim(self, *a))
+
+    class Built(Exception):
+        pass
+
+    def built(*args, **kwargs):
+        raise Built
+
+    monkeypatch.setattr(train, "build_trainer", built)
+    tiny = config.preset("tiny")
+    run = start(tiny, tmp_path / "run")
+    with pytest.raises(Built):
+        train.train(tiny, None, None, [], run, resume=True, log=lambda *_: None)
+    assert claims == ["run"]
+    other = config.preset("tiny")
+    other.training.max_steps = 2
+    run.start(other)
+    assert claims == ["run", "run"] and config.load(run.config_file) == other
+
+
 def test_a_run_that_stopped_before_any_result_leaves_no_claim(tmp_path):
     """A new user's first run stopped at load (a 4-bit preset on a CPU, an option the environment refused) and left
     config.toml and data_report.json: the corrected rerun takes the directory over instead of being refused."""

@@ -18,7 +18,7 @@ from vlrl.cli import main
 from vlrl.config import runfile as cfg
 from vlrl.grammar import rewards
 from vlrl.model import loading as model
-from vlrl.model import prompts
+from vlrl.model import prompts, vision_tokens
 from vlrl.training import callbacks, sft, train, warmstart
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_rollouts_never_sample_an_image_placeholder(tiny_dir, tmp_path):
     placeholder at every step, by far; the step still runs, on completions that hold none."""
     policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
     placeholder = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
-    assert placeholder in prompts.vision_token_ids(processor)
+    assert placeholder in vision_tokens.vision_token_ids(processor)
     head = policy.get_base_model().lm_head
 
     def prefer_placeholder(module, args, logits):
@@ -116,7 +116,7 @@ def test_rollouts_never_sample_an_image_placeholder(tiny_dir, tmp_path):
     finally:
         hook.remove()
     assert trainer.state.global_step == 1 and completions
-    assert not any(set(c) & set(prompts.vision_token_ids(processor)) for c in completions)
+    assert not any(set(c) & set(vision_tokens.vision_token_ids(processor)) for c in completions)
 
 
 def _adapter(run_dir: Path) -> dict:

@@ -299,7 +299,7 @@ def cmd_data_inspect(args) -> int:
     """A source as a run would load it (its DataReport and a few prompts as the model sees them), or, with --config /
     --preset, exactly the items the run trains and evaluates on."""
     from vlrl import data
-    from vlrl.model import prompts
+    from vlrl.model import lengths, prompts
 
     if args.config or args.preset:
         return _inspect_run(args)
@@ -325,7 +325,7 @@ def cmd_data_inspect(args) -> int:
         rows, report = data.LOADERS[loader](args.source, return_report=True, **split, **options)
     shown = prompts.to_dataset(rows)
     if processor is not None and args.max_prompt_tokens:
-        shown, _ = prompts.filter_by_length(shown, processor, args.max_prompt_tokens, report=report, part="all")
+        shown, _ = lengths.filter_by_length(shown, processor, args.max_prompt_tokens, report=report, part="all")
     print(report)
     _print_items("", shown, args.n, processor)
     if args.output:
@@ -374,11 +374,11 @@ def _processor(path, optional: bool = False):
 
 
 def _print_items(label: str, rows, n: int, processor) -> None:
-    from vlrl.model import prompts
+    from vlrl.model import lengths, prompts
 
     for row in rows.select(range(min(n, len(rows)))):
         sizes = ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}" for im in prompts.row_images(row, decode=True))
-        tokens = f", {prompts.prompt_tokens(processor, row)} prompt tokens" if processor is not None else ""
+        tokens = f", {lengths.prompt_tokens(processor, row)} prompt tokens" if processor is not None else ""
         print(f"\n--- {label + ' ' if label else ''}{row['id']}: answer {row['answer']!r} ({row['question_type']}, "
               f"{row['answer_type']}), image {sizes}{tokens}")
         print(prompts.render_prompt(row, processor))

@@ -25,8 +25,8 @@ from vlrl.config import recipe
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, pictures, sharded_eval
+from vlrl.model import lengths, prompts
 from vlrl.model import loading as model
-from vlrl.model import prompts
 from vlrl.training import train, warmstart
 
 
@@ -130,8 +130,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
     if processor is not None:  # the drops are counted in data_report.too_long
-        train_ds, _ = prompts.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
-        eval_ds, _ = prompts.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
+        train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
+        eval_ds, _ = lengths.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
@@ -154,11 +154,17 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
 
 def evaluate_policy(config: RunConfig, policy, processor, eval_ds, run: str | Path | RunDir, when: str,
                     log=print) -> list[dict]:
-    """Greedy eval of the eval items into eval_<when>.jsonl, and with [eval] samples = K, K seeded draws per
-    item into samples_<when>.jsonl (pass@k), each sharded over the processes of a launch (`vlrl.evaluation.sharded_eval`).
+    """The eval stage of every run: greedy eval of the eval items (`eval_ds`) into eval_<when>.jsonl, and with
+    [eval] samples = K, K seeded draws per item into samples_<when>.jsonl (pass@k), each sharded over the processes
+    of a launch (`vlrl.evaluation.sharded_eval`). An episode run ([env]; `eval_ds` is None) plays its eval seeds'
+    episodes instead, on the main process (`vlrl.episodes.evaluate.evaluate_run`), into the same files.
     "before" resumes partial files; "after" always starts over, since records of an earlier adapter must never be
     scored as this one's. Returns the greedy records."""
     run = RunDir.of(run)
+    if config.env.name:
+        from vlrl.episodes.evaluate import evaluate_run
+
+        return distributed.on_main(evaluate_run, config, policy, processor, run, when, log)
     e = config.eval
     paths = [(run.eval_file(f"eval_{when}"), 0)]
     if e.samples:
@@ -291,5 +297,5 @@ def held_out(config: RunConfig, processor):
     """The run's held-out items as TRL rows, length-filtered: exactly what its evals score (a pure function of the
     configuration and the processor)."""
     rows = eval_items(config) if config.eval.source else split(config, data.load_rows(config.data))[1]
-    eval_ds, _ = prompts.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
+    eval_ds, _ = lengths.filter_by_length(prompts.to_dataset(rows), processor, config.data.max_prompt_tokens)
     return eval_ds

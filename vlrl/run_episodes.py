@@ -18,7 +18,6 @@ The seeds: eval episodes use 0..eval_seeds-1, before and after alike; training e
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from vlrl import report
@@ -26,36 +25,8 @@ from vlrl import run as stages
 from vlrl.base import distributed
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
-from vlrl.episodes import evaluate
-from vlrl.episodes.rollout import environment_for, seeds_for, settings_for
 from vlrl.training import train
 from vlrl.training.episode_trainer import checkpoint_activations
-
-environment = environment_for  # the run's environment factory, and its seeds: `vlrl.episodes.rollout`'s
-seeds = seeds_for
-
-
-def evaluate_episodes(config: RunConfig, policy, processor, run: str | Path | RunDir, when: str,
-                      log=print) -> list[dict]:
-    """The eval seeds' episodes into eval_<when>.jsonl and episode_frames/<when>/ ("before" resumes a partial file;
-    "after" starts over: episodes of an earlier adapter must never be scored as this one's); with [eval] samples = K,
-    also K episodes of each eval world sampled at [eval] temperature into samples_<when>.jsonl (success@k and
-    achievements@k)."""
-    run = RunDir.of(run)
-    path, sampled = run.eval_file(f"eval_{when}"), run.eval_file(f"samples_{when}")
-    if when == "after":
-        path.unlink(missing_ok=True)
-        sampled.unlink(missing_ok=True)
-    settings = settings_for(config, "eval")
-    records = evaluate.evaluate(policy, processor, environment(config), seeds(config, "eval"), path, settings,
-                                env_name=config.env.name, frame_dir=run.episode_frames(when),
-                                batch_size=config.eval.batch_size, log=log)
-    if config.eval.samples:
-        settings = replace(settings, temperature=config.eval.temperature)
-        evaluate.sample(policy, processor, environment(config), seeds(config, "eval"), sampled, settings,
-                        samples=config.eval.samples, env_name=config.env.name, seed=config.eval.seed,
-                        batch_size=config.eval.batch_size, log=log)
-    return records
 
 
 def train_episodes(config: RunConfig, policy, processor, run: str | Path | RunDir, log=print):
@@ -76,14 +47,14 @@ def run(config: RunConfig, run_dir: str | Path | None = None, *, log=print) -> d
     checkpoint_activations(policy)  # before any decoding: the compiled graphs then serve evals and training
 
     stages.banner("2/5 baseline episodes", log)
-    distributed.on_main(evaluate_episodes, config, policy, processor, rd, "before", log)
+    stages.evaluate_policy(config, policy, processor, None, rd, "before", log)
 
     stages.banner("3/5 GSPO over episodes", log)
     trainer = train_episodes(config, policy, processor, rd, log)
     trained = trainer.model if trainer is not None else policy
 
     stages.banner("4/5 episodes after training", log)
-    distributed.on_main(evaluate_episodes, config, policy, processor, rd, "after", log)
+    stages.evaluate_policy(config, policy, processor, None, rd, "after", log)
     comparison = distributed.on_main(stages.compare_run, rd, log)
     distributed.on_main(report.render, rd.path, log=log)
 

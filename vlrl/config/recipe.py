@@ -41,6 +41,21 @@ RECIPES = {
 
 WEIGHT_DECAY = 0.1  # Unsloth's GSPO notebook value (TRL 0.0, Unsloth 0.001: stated, so both agree)
 
+# The recipe's values that a run file's [training] can also set: the one place each default lives (the section's
+# dataclass, `vlrl.config.sections.TrainingConfig`, reads them here; a preset states only what it changes).
+TRAINING_DEFAULTS = {
+    "learning_rate": 5e-6,  # RL on a 4-bit base: small steps keep the policy near the instruct model
+    "per_device_train_batch_size": 8,
+    "gradient_accumulation_steps": 4,  # 8 x 4 = 32 completions per optimizer step = 8 prompts x 4 generations
+    "num_generations": 4,  # the group each advantage is relative to
+    "max_completion_length": 1024,  # room for the reasoning block; longer ones are cut (and counted as clipped)
+    "num_train_epochs": 1.0,
+    "temperature": 1.0,  # sample from the policy itself: the importance ratios assume it
+    "seed": 0,  # TRL 42, Unsloth 3407: stated, so both draw the same samples
+    "logging_steps": 1,  # every step into train_log.jsonl
+    "report_to": "none",  # no experiment tracker unless asked ([training] report_to)
+}
+
 # Where TRL 1.14.2's GRPOConfig and Unsloth 2026.10.9's (UnslothGRPOConfig, which replaces it once unsloth is
 # imported) disagree by default: field -> (TRL default, Unsloth default). `gspo_values` sets every one of them, so a
 # run file means the same on both backends; tests check the TRL column against the installed TRL, and
@@ -86,26 +101,17 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
     machine = machine_choices()
     values = dict(
         output_dir="runs/gspo",
-        learning_rate=5e-6,  # RL on a 4-bit base: small steps keep the policy near the instruct model
+        **TRAINING_DEFAULTS,
         lr_scheduler_type="cosine",
         warmup_steps=0.1,  # a fraction below 1 is a ratio of the total steps (transformers 5); Unsloth's default
         optim=machine["optim"],  # the 8-bit AdamW where it can run (`machine_choices` says why, in the run's log)
         weight_decay=WEIGHT_DECAY,
-        per_device_train_batch_size=8,
-        gradient_accumulation_steps=4,  # 8 x 4 = 32 completions per optimizer step = 8 prompts x 4 generations
-        num_generations=4,  # the group each advantage is relative to
-        max_completion_length=1024,  # room for the reasoning block; longer ones are cut (and counted as clipped)
-        num_train_epochs=1,
         max_grad_norm=0.1,  # RL gradients are noisy; clip hard
         reward_weights=list(REWARD_WEIGHTS),  # R = 0.3 * format + 1.0 * correctness
-        temperature=1.0,  # sample from the policy itself: the importance ratios assume it
-        seed=0,  # TRL 42, Unsloth 3407: stated, so both draw the same samples
-        logging_steps=1,  # every step into train_log.jsonl
         logging_nan_inf_filter=False,  # a NaN loss must show in the log, not be averaged away
         router_aux_loss_coef=0.0,  # dense models: no MoE auxiliary loss (TRL resolves 0.0; Unsloth sets 0.0)
         vllm_importance_sampling_correction=False,  # vlrl generates with the policy itself, no vLLM mismatch
         save_only_model=False,  # checkpoints keep optimizer, scheduler and RNG state, so --resume is exact
-        report_to="none",  # no experiment tracker unless asked ([training] report_to)
         trackio_static_space_id=False,  # with trackio: never publish the metrics as a Space on the Hub; they stay local
         bf16=machine["precision"] == "bf16",
         fp16=False,

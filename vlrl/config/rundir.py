@@ -30,6 +30,7 @@ class RunDir:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._claimed: str | None = None  # the configuration (its TOML) this object has claimed the directory for
 
     @classmethod
     def for_config(cls, config: cfg.RunConfig, path: str | Path | None = None) -> RunDir:
@@ -133,8 +134,12 @@ class RunDir:
     def start(self, config: cfg.RunConfig, *, action: str = "run") -> RunDir:
         """Claims the directory for `config`: creates it and writes config.toml. A directory that holds a run of
         another configuration is refused, since its records would mix with this one's; the same configuration
-        continues where it stopped. Under several processes the main one claims it, and a refusal stops them all."""
-        distributed.on_main(self._claim, config, action)
+        continues where it stopped. Under several processes the main one claims it, and a refusal stops them all.
+        Claimed once: starting it again for the same configuration (the stages, then `train.train`) does nothing."""
+        text = cfg.to_toml(config)
+        if self._claimed != text:
+            distributed.on_main(self._claim, config, action)
+            self._claimed = text
         return self
 
     def _claim(self, config: cfg.RunConfig, action: str) -> None:

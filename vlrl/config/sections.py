@@ -8,6 +8,8 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 
+from vlrl.config.recipe import TRAINING_DEFAULTS
+
 
 @dataclass
 class ModelConfig:
@@ -57,16 +59,17 @@ class DataConfig:
 
 @dataclass
 class TrainingConfig:
+    # the recipe's own values are its defaults (`vlrl.config.recipe.TRAINING_DEFAULTS`): defined there once
     recipe: str = "gspo"
-    learning_rate: float = 5e-6
-    per_device_train_batch_size: int = 8
-    gradient_accumulation_steps: int = 4
-    num_generations: int = 4
-    max_completion_length: int = 1024
-    num_train_epochs: float = 1.0
+    learning_rate: float = TRAINING_DEFAULTS["learning_rate"]
+    per_device_train_batch_size: int = TRAINING_DEFAULTS["per_device_train_batch_size"]
+    gradient_accumulation_steps: int = TRAINING_DEFAULTS["gradient_accumulation_steps"]
+    num_generations: int = TRAINING_DEFAULTS["num_generations"]
+    max_completion_length: int = TRAINING_DEFAULTS["max_completion_length"]
+    num_train_epochs: float = TRAINING_DEFAULTS["num_train_epochs"]
     max_steps: int = -1  # -1: run num_train_epochs; a positive number caps the optimizer steps
-    temperature: float = 1.0
-    logging_steps: int = 1
+    temperature: float = TRAINING_DEFAULTS["temperature"]
+    logging_steps: int = TRAINING_DEFAULTS["logging_steps"]
     save_steps: int = 50  # a checkpoint (adapter, optimizer, scheduler, RNG) every this many steps; --resume uses it
     stop_on_degeneration: float = 0.0  # 0: never; else stop when this share of a step's completions degenerates
     # Completions each process decodes per generate call; 0: TRL's default, the whole optimizer step's rollouts
@@ -97,10 +100,10 @@ class TrainingConfig:
     # The reward set (REWARDS; vlrl.grammar.rewards.reward_funcs builds it): "mathvista", MathVista's string and number
     # rules; "symbolic" also accepts an equivalent expression (math-verify), for geo3k-style answers like 2\sqrt{3}.
     reward: str = "mathvista"
-    seed: int = 0
+    seed: int = TRAINING_DEFAULTS["seed"]
     # Experiment trackers, passed to TRL as report_to: "none", an integration name ("tensorboard", "trackio",
     # "wandb", ...; TRACKERS) or a list of them. train_log.jsonl is written either way.
-    report_to: str | list[str] = "none"
+    report_to: str | list[str] = TRAINING_DEFAULTS["report_to"]
 
 
 @dataclass

@@ -9,7 +9,8 @@ It owns: the stop tokens (`stop_ids`), the tokens never produced (image and vide
 budget, the static KV cache sized to the batch's real contexts (`loop.cache_length`), compiled decoding on a GPU
 (`loop`), the exact draw at a temperature and each drawn token's log-probability (`sampling`), the packed
 decode-friendly weights of a 4-bit base (`weights`), and a batch of episodes' KV cache kept from turn to turn while
-their contexts only grow (`session`: `complete_tokenized(..., session=Session(slots))`).
+their contexts only grow (`session`: `complete_tokenized(..., session=Session(slots))`), and the token types an
+episode's contexts are made of (`token_types`: `Tokenized`, `extends`, `token_batch`).
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vlrl.base import distributed
+from vlrl.engine import token_types
 from vlrl.engine.loop import Decoded, Decoding, cache_length, decode, static_on
 from vlrl.engine.sampling import Budget
 from vlrl.engine.session import Session
 from vlrl.grammar import thinking
-from vlrl.model import prompts
+from vlrl.model import prompts, vision_tokens
 
 __all__ = ["Budget", "Completion", "Decoded", "Decoding", "Session", "cache_length", "complete", "complete_tokenized",
            "decode", "decoder_of", "decoding_for", "stop_ids"]
@@ -74,7 +76,7 @@ def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 
     tokenizer = getattr(processor, "tokenizer", processor)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stops[0]
     return Decoding(max_new_tokens=max_new_tokens, temperature=temperature, stop_ids=tuple(stops),
-                    suppress_ids=tuple(prompts.vision_token_ids(processor)), pad_id=pad,
+                    suppress_ids=tuple(vision_tokens.vision_token_ids(processor)), pad_id=pad,
                     budget=budget_of(processor, thinking_budget),
                     static=static and backend_of(model) != "unsloth", record_logps=record_logps,
                     synced=bool(distributed.sharded_launch()) and distributed.world_size() > 1)
@@ -108,15 +110,15 @@ def complete(model, processor, texts: list[str], images: list[list], decoding: D
     return _complete(model, processor, inputs, decoding, draws)
 
 
-def complete_tokenized(model, processor, contexts: list[prompts.Tokenized], decoding: Decoding, *,
+def complete_tokenized(model, processor, contexts: list[token_types.Tokenized], decoding: Decoding, *,
                        session: Session | None = None) -> list[Completion]:
-    """Completes contexts given as token ids with their images' tensors (`prompts.Tokenized`: an episode's turns,
+    """Completes contexts given as token ids with their images' tensors (`token_types.Tokenized`: an episode's turns,
     `vlrl.episodes.tokens`), left-padded and decoded in one batch.
 
     With a `Session` (one per batch of episodes), `contexts` are its slots' (None for an empty slot, whose
     completion is None too) and each slot's KV cache is kept for the next call, where its context only grows."""
     if session is None:
-        return _complete(model, processor, prompts.token_batch(processor, contexts, padding_side="left"), decoding, 1)
+        return _complete(model, processor, token_types.token_batch(processor, contexts, padding_side="left"), decoding, 1)
     out = session.decode(model, processor, contexts, decoding)
     done = _completions(processor.tokenizer, out, decoding)
     return [c if context is not None else None for c, context in zip(done, contexts)]

@@ -2,27 +2,20 @@
 attention layer's q/k/v, an MLP's gate/up, a Gated DeltaNet layer's input projections) computed as one LoRA pair and,
 over 8-bit packed bases (`vlrl.engine.weights`), one base matmul.
 
-Why: a decoding step reads the weights once, so its time should be their bytes over the memory's bandwidth; at the
-8B shape it was 10.5 ms against a 2.9 ms bound (bench/results/engine.md), spent in 1,916 kernels, most of them
-small. Each LoRA layer costs its base matmul (three kernels through gemlite's split-K: zero fill, matmul, cast), two
-LoRA matmuls and an add. Seven layers a decoder layer read four inputs, so grouping them by input leaves four base
-matmuls and four LoRA pairs where there were seven, and the small key/value projections (1,024 outputs) run inside
-a matmul wide enough to fill the GPU.
+Why: a decoding step reads the weights once, so its time should be their bytes over the memory's bandwidth, but it
+was spent in many small kernels: each LoRA layer costs its base matmul, two LoRA matmuls and an add. Seven layers a
+decoder layer read four inputs, so grouping them by input leaves four base matmuls and four LoRA pairs where there
+were seven, and the small key/value projections run inside a matmul wide enough to fill the GPU (the kernel counts
+and times: bench/results/engine.md, "Each shared input read once").
 
-How:
-- The groups are found once per model, from one eager forward (the first static decode's prefill): consecutive
-  LoRA-layer calls on the same input tensor, outside the vision tower (`recording`).
-- The bases: a group of packed layers has its 8-bit weights and scales laid out in one buffer, each layer's own
-  buffers views of it (no memory added; training and prefill still compute through each layer, on the same bytes),
-  and one kernel reads the whole group. Other bases (bf16 `nn.Linear`) are left as they are, one matmul each: laying
-  them out as views would make a saved model's tensors share storage.
-- LoRA: the A matrices stacked (`[sum r, in]`) and the B matrices on a block diagonal (`[sum out, sum r]`, zeros off
-  it, which add exactly nothing), copied from the parameters when a decode starts (`fused`): their values as the
-  decode computes with them (bf16 under `loop.half_trainables`), in buffers kept across decodes, so a CUDA graph's
-  addresses hold.
-- While `fused` is on, the group's first layer computes every member's output and the others return theirs. The
-  arithmetic is PEFT's (`base(x) + B(A(x)) * scaling`, cast back to the base's dtype); only summation order differs.
-  Prefill, training and every forward outside `fused` run each layer as PEFT does.
+How: the groups are found once per model, from one eager forward (the first static decode's prefill): consecutive
+LoRA-layer calls on the same input tensor, outside the vision tower (`recording`). A group of packed bases has its
+8-bit weights and scales laid out in one buffer, each layer's own buffers views of it (no memory added; training and
+prefill still compute through each layer, on the same bytes); bf16 bases stay one matmul each (views would make a
+saved model's tensors share storage). LoRA's A matrices are stacked and its B matrices put on a block diagonal, copied
+when a decode starts (`fused`) into buffers kept across decodes (a CUDA graph's addresses hold). While `fused` is on,
+the group's first layer computes every member's output with PEFT's arithmetic (only summation order differs); every
+other forward runs each layer as PEFT does.
 
     with recording(model):            # once: the groups, from the call order of one forward
         logits = model(**prefill)

@@ -25,7 +25,8 @@ from vlrl.engine.fusion import fused, recording
 from vlrl.engine.sampling import Budget, TokenChooser
 
 CHECK_EVERY = 8  # steps between the host's looks at "has every row stopped?": at most 7 wasted steps a batch
-CACHE_BUCKET = 256  # a static cache's length is a multiple of this: one compiled graph serves many batches
+CACHE_BUCKET = 256  # a static cache's length is a multiple of this: one compiled graph serves many batches (a
+# `Session`, whose contexts grow every turn, steps by its SESSION_CACHE_BUCKET instead)
 RECOMPILE_LIMIT = 32  # compiled shapes per process (rows x cache length) before torch falls back to eager
 STATIC_ON_CPU = False  # the static cache off CUDA (never compiled there): the tests run the GPU's code path on CPU
 
@@ -38,7 +39,7 @@ class Decoding:
         max_new_tokens: the completion budget; a completion that reaches it ends with finish reason "length".
         temperature: 0 decodes greedily; > 0 draws from softmax(logits / temperature), the whole vocabulary.
         stop_ids: the tokens that end a completion (kept in it, as a trained token).
-        suppress_ids: tokens never produced (image and video placeholders: `vlrl.model.prompts.vision_token_ids`).
+        suppress_ids: tokens never produced (image and video placeholders: `vlrl.model.vision_tokens.vision_token_ids`).
         pad_id: written after a row has stopped.
         budget: the thinking budget, or None.
         static: a static KV cache sized to the batch's longest context plus `max_new_tokens` (rounded up to

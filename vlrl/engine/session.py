@@ -7,7 +7,7 @@ the generation prompt: `vlrl.episodes.tokens`), yet a call of `loop.decode` pref
 slot in the batch), and a call in which every row's context extends what its slot holds prefills only the new tokens:
 
 - a row's cached context must be a prefix of its new one, ids and pictures alike (the pictures' tensors are the same
-  objects: `prompts.Tokenized` shares its pieces from turn to turn), and the reply tokens the last decode fed count
+  objects: `Tokenized` shares its pieces from turn to turn), and the reply tokens the last decode fed count
   as far as they agree with the new context (a reply that ended at `<|im_end|>` is followed by the template's own);
 - the new tokens of every row are written at the same cache slots, right-aligned, after every slot used so far: the
   slots a row does not use (the rest of a shorter reply, the left padding of a shorter piece) are masked out, and
@@ -28,21 +28,25 @@ from dataclasses import replace
 import torch
 
 from vlrl.engine.loop import Decoded, Decoding, Prefilled, decode, masks_own, prefill, run, static_on
-from vlrl.model import prompts
+from vlrl.engine.token_types import Tokenized, extends, token_batch
+
+# a session's cache length steps by this (`loop.cache_length`'s bucket, for contexts that grow every turn): each
+# length is one compiled decoding graph, so an episode's growing context should meet few of them
+SESSION_CACHE_BUCKET = 2048
 
 
 class Session:
     """The KV cache of `rows` slots kept across `decode` calls, and what each slot's rows hold: the context it last
-    took (`prompts.Tokenized`) and the tokens its decode fed after it."""
+    took (`Tokenized`) and the tokens its decode fed after it."""
 
     def __init__(self, rows: int):
         self.rows = rows
         self.state: Prefilled | None = None
-        self.taken: list[prompts.Tokenized | None] = [None] * rows
+        self.taken: list[Tokenized | None] = [None] * rows
         self.fed: list[list[int]] = [[] for _ in range(rows)]
         self.reused = self.prefilled = 0  # context tokens read from the cache / computed, over the session
 
-    def decode(self, model, processor, contexts: list[prompts.Tokenized | None], decoding: Decoding) -> Decoded:
+    def decode(self, model, processor, contexts: list[Tokenized | None], decoding: Decoding) -> Decoded:
         """Decodes `contexts` (one per slot, None for an empty slot), the cache's rows reused where they extend.
         Returns a `Decoded` of every slot's row (an empty slot's row is empty)."""
         if len(contexts) != self.rows or not any(c is not None for c in contexts):
@@ -50,10 +54,10 @@ class Session:
         device = next(model.parameters()).device
         if not static_on(device, decoding):
             return _live_only(model, processor, contexts, decoding, device)  # a dynamic cache: nothing to keep
-        decoding = replace(decoding, rows=self.rows)
+        decoding = replace(decoding, rows=self.rows, cache_bucket=SESSION_CACHE_BUCKET)
         kept, why = self._extension(contexts, decoding)
         if kept is None:
-            inputs = dict(prompts.token_batch(processor, _filled(contexts, decoding.pad_id),
+            inputs = dict(token_batch(processor, _filled(contexts, decoding.pad_id),
                                               padding_side="left").to(device))
             cache = None  # the same tensors if the length is (a CUDA graph's addresses); never two caches at once
             if self.state is not None and self.state.stats["cache_length"] == _length(contexts, decoding):
@@ -147,7 +151,7 @@ def _grow(state: Prefilled, length: int) -> None:
 def _live_only(model, processor, contexts, decoding: Decoding, device) -> Decoded:
     """The slots' contexts decoded by `loop.decode` without the empty ones, each row back in its slot."""
     live = [r for r, c in enumerate(contexts) if c is not None]
-    inputs = prompts.token_batch(processor, [contexts[r] for r in live], padding_side="left").to(device)
+    inputs = token_batch(processor, [contexts[r] for r in live], padding_side="left").to(device)
     out = decode(model, dict(inputs), replace(decoding, rows=0))
     rows = dict(zip(live, range(len(live))))
     pick = lambda values, empty: [values[rows[r]] if r in rows else empty for r in range(len(contexts))]
@@ -156,15 +160,15 @@ def _live_only(model, processor, contexts, decoding: Decoding, device) -> Decode
                    stats=out.stats)
 
 
-def _filled(contexts, pad: int) -> list[prompts.Tokenized]:
+def _filled(contexts, pad: int) -> list[Tokenized]:
     """Every slot's context, an empty slot's a lone pad token (its row decodes nothing)."""
     type_ids = all(c.type_ids for c in contexts if c is not None)
-    return [c if c is not None else prompts.Tokenized([pad], type_ids=type_ids) for c in contexts]
+    return [c if c is not None else Tokenized([pad], type_ids=type_ids) for c in contexts]
 
 
-def _extends(taken: prompts.Tokenized, context: prompts.Tokenized) -> bool:
+def _extends(taken: Tokenized, context: Tokenized) -> bool:
     """Whether `context` is longer than `taken` and starts with it: its ids, and its pictures the very same tensors."""
-    return len(context.ids) > len(taken.ids) and prompts.extends(taken, [], context, same_pictures=True)
+    return len(context.ids) > len(taken.ids) and extends(taken, [], context, same_pictures=True)
 
 
 def _reusable(model, state: Prefilled) -> bool:
@@ -191,7 +195,7 @@ def _extend(base, processor, state: Prefilled, contexts, kept: list[int], taken:
         attend[r, state.start:state.start + kept[r] - taken[r][0]] = True
     # the whole contexts, for their position ids and the thinking budget's look back
     full = _filled(contexts, decoding.pad_id)
-    batch = prompts.token_batch(processor, [prompts.Tokenized(c.ids, type_ids=c.type_ids) for c in full],
+    batch = token_batch(processor, [Tokenized(c.ids, type_ids=c.type_ids) for c in full],
                                 padding_side="left")
     found = {"attention_mask": batch["attention_mask"]}
     if "mm_token_type_ids" in batch:

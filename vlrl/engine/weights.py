@@ -1,43 +1,21 @@
 """The frozen 4-bit base repacked once, at load, into 8-bit weights that decode at the hardware's pace.
 
-Why: a LoRA policy on a bitsandbytes NF4 base dequantizes every base weight to bf16 in memory at every decoding step
-(read 0.5 B/param, write 2, read 2 again), so at the 16-32 rows GSPO decodes at once the 8B's linears take 2.7x the
-time of bf16 ones (bench/results/kernels.md, on an H200). The base never changes under LoRA, so `pack_for_decoding`
-rewrites each of its `Linear4bit` layers once into int8 weights with one bf16 scale per output channel, and gemlite's
-Triton kernels read those bytes once per matmul, dequantizing in registers: the 8B's 252 linears take 4.0 ms per
-decoding step at 16 rows (bf16 4.7, bitsandbytes 12.6) and 5.7 at 32 (4.8, 12.7).
-
-The format. Each NF4 weight (already bf16-exact: `bf16(code * absmax)`) is stored as `q = round(w / s)`, `s` its
-output channel's absmax / 127 rounded up to bf16, and computed with as `bf16(q * s)`: within `s / 2` of the NF4 value
-(0.8% of the weights' RMS on the 8B's shapes: outputs 9e-3 from the NF4 layer's, against bf16 rounding's 2e-3; 1.5e-2
-for inputs of mean 1).
-
-Why per channel rather than per NF4 block of 64, which bounds each weight tighter: a 64-block's 16 NF4 values land on
-the same int8 points in every block, so their rounding errors do not average out (a bias of -6e-4 of the weights' RMS;
--5e-3 for fp8), and through an input of nonzero mean (after a ReLU) a two-layer toy drifted 2.6% from NF4 with
-64-blocks against 1.5% per channel (fp8: 18% against 4.5%). gemlite's kernels also tile K no wider than a group, so
-64-blocks ran 1.2-1.5x slower at 32 rows and 2.4x at 64. fp8 e4m3 per channel (`fmt="fp8"`) reads the same
-bytes and is 3x less accurate (2.7e-2: 3 mantissa bits); through this module it measured no faster than int8.
+Why: a LoRA policy on a bitsandbytes NF4 base dequantizes every base weight to bf16 in memory at every decoding step,
+so at the 16-32 rows GSPO decodes at once the base's linears take several times the time of bf16 ones. The base never
+changes under LoRA, so `pack_for_decoding` rewrites each `Linear4bit` once into int8 weights with one bf16 scale per
+output channel (`q = round(w / s)`, computed with as `bf16(q * s)`), and gemlite's Triton kernels read those bytes once
+per matmul, dequantizing in registers. Per channel rather than per NF4 block of 64: a block's 16 NF4 values land on
+the same int8 points in every block, so their rounding errors add up instead of averaging out, and gemlite tiles K no
+wider than a group. fp8 per channel (`fmt="fp8"`) reads the same bytes and is less accurate.
 
 One format for everything: decoding goes through gemlite's kernel (at most `KERNEL_ROWS` rows, no gradient), prefill
-and the training forward through `bf16(q * s)` dequantized by one fused kernel + cuBLAS (compute-bound there), so
-rollouts and training compute with the same weights, bit for bit; their outputs differ by summation order only: 5e-5
-to 9e-5 (relative) on an H200, because gemlite's split-K partial sums meet in fp32 here (its bf16 default on Hopper
-gave 3.5e-3, a rollout/training mismatch of its own, for kernels about 20% faster at 32 rows). The 8B language
-model's linears take 6.5 GiB instead of NF4's 3.3: the 8B preset's 14.7 GiB reserved becomes about 18, within its 22.
-Training: autograd flows to the input only (LoRA sits beside the base layer, PEFT keeps it as `base_layer`); the
-backward dequantizes again rather than keeping a bf16 copy of each weight, as bitsandbytes does.
+and the training forward through the same `bf16(q * s)` dequantized + cuBLAS, so rollouts and training compute with
+the same weights and differ by summation order only (split-K partial sums meet in fp32). Autograd flows to the input
+only (LoRA sits beside the base layer); the backward dequantizes again rather than keeping a bf16 copy.
 
-What "auto" picks, per card (bench/results/kernels.md has the numbers and the command):
-- H100 / H200 (sm_90), measured on an H200: int8 per channel through gemlite; fp8 on request.
-- A 24 GB Ada card (sm_89: RTX 4090, L4, L40S), not measured here: the same int8. Weight-only decoding is bound by
-  the bytes read, which int8 and fp8 share; gemlite ships tuned configurations for those cards; and one format on
-  every card means a policy trained on one decodes the same on another. fp8 runs there too (sm_89 converts it).
-- Ampere (sm_80/86: A100, A6000, RTX 3090), not measured here: int8 through gemlite (its integer-to-bf16 path needs
-  no fp8 hardware; gemlite ships A100/A6000/A40 configurations); fp8 is refused (no conversion instructions).
-- Older CUDA cards, or gemlite not installed: the NF4 base stays as it is (`format` "nf4" in the report, with the
-  reason): the plain-torch path dequantizes per call as bitsandbytes does, so it would cost memory and gain nothing.
-- CPU: int8 through the plain-torch path (dequantize + `F.linear`), so the tests check the format everywhere.
+"auto" per card: int8 through gemlite on sm_80 and newer (fp8 on request from sm_89, refused on Ampere); older cards or
+no gemlite: the NF4 base stays as it is, with the reason in the report; CPU: int8 through plain torch, so the tests
+check the format everywhere. The measurements behind each choice: bench/results/kernels.md.
 
     from vlrl.engine.weights import pack_for_decoding, reference_logits, verify_packing
     policy = add_lora(base, settings)                   # the NF4 base under PEFT LoRA

@@ -12,17 +12,11 @@ Crafter's own reward (those unlocks plus health changes / 10) is kept in `info["
 when it unlocks `target` (an achievement name) or, without a target, any achievement. It ends when the player dies,
 after `max_turns` turns (an invalid reply counts as a turn), or after Crafter's own `length` in game steps.
 
-The game is the `crafter` package (the optional extra: pip install 'vlrl[envs]'). It renders with numpy and PIL
-only, no display and no pygame. Worlds are generated from the seed alone, so the same seed and the same replies give
-the same frames; generation takes ~1.5 s of pure Python, so the fresh world of each (seed, settings) is kept and
-copied on the next reset of that seed (a GSPO group replays one seed many times), and resets of one new world at once
-wait for a single generation of it.
-
-Replays are exact because vlrl orders the creatures: Crafter keeps each chunk's creatures in a plain set, iterated
-in memory-address order, and picks the one to despawn by its place in that order, so the same seed and actions
-could play out differently from run to run (and did on every copied world). vlrl swaps those sets for
-insertion-ordered ones (`OrderedObjects`), filled in the order the world created its creatures: the same rule
-(a creature drawn uniformly from the chunk's), the same random draws, one order every time.
+The game is the `crafter` package (pip install 'vlrl[envs]'), rendered with numpy and PIL only. A fresh world takes
+~1.5 s of pure Python, so each (seed, settings) world is kept and copied on the next reset of that seed (a GSPO group
+replays one seed many times), and resets of one new world at once wait for a single generation of it. Replays are
+exact: Crafter picks the creature to despawn by its place in a set ordered by memory address, so vlrl swaps those
+sets for insertion-ordered ones (`OrderedObjects`): the same rule and draws, one order every time.
 
 Crafter's own settings (its paper's benchmark): one action a step, episodes of `length = 10000` game steps, a 64x64
 world and 64 px frames, scored by `score()` over the 22 achievements. `SETTINGS` holds them as options

@@ -1,35 +1,27 @@
-"""`vlrl serve-env NAME`: any vlrl environment over HTTP and WebSocket, as an OpenEnv-compatible server (FastAPI on
-uvicorn), so a trainer in another process, another language or OpenEnv's own client runs its episodes.
-`vlrl.envs.remote.RemoteEnv` (HTTP sessions) and `vlrl.envs.openenv_client.OpenEnvEnv` (OpenEnv's WebSocket) are
-vlrl's clients; `openenv validate --url` passes it.
+"""`vlrl serve-env NAME`: any vlrl environment as an OpenEnv-compatible HTTP and WebSocket server (FastAPI on uvicorn),
+so a trainer in another process or language runs its episodes; clients: `vlrl.envs.remote.RemoteEnv` (HTTP sessions),
+`vlrl.envs.openenv_client.OpenEnvEnv` (OpenEnv's WebSocket); `openenv validate --url` passes it.
 
 vlrl's protocol, one session per episode (a GSPO group plays its episodes side by side):
 
     GET  /health                 -> {"status": "healthy", "ok": true, "env": NAME, "sessions": 2, "max_sessions": 64}
     GET  /task_info[?options=J]  -> the environment's task_info() (actions, per-turn cap, observation format)
-    POST /reset {"seed": 3, "session": ID?, "options": {...}?}
-                                 -> {"session": ID, "episode_id": ID, "observation": OBS, "reward": null,
-                                     "done": false, "task": task_info}
+    POST /reset {"seed": 3, "session": ID?, "options": {...}?}  -> {"session", "episode_id", "observation": OBS, "task"}
     POST /step  {"session": ID, "action": "<SOLUTION>move_left, do</SOLUTION>"}   (or "action": {"reply": ...})
                                  -> {"observation": OBS, "reward": 1.0, "done": false, "info": {...}}
     GET  /metrics?session=ID     -> the episode's metrics() ({"success", "return", "length", ...})
     POST /close {"session": ID}  -> {"closed": true}
     OBS = {"image": "data:image/png;base64,..." or null, "text": "the state summary"}
 
-OpenEnv's (openenv 0.10's runtime contract): GET /metadata (name, description, actions), GET /schema (the action
-{"reply": text}, observation and state JSON schemas), GET /state[?session=ID], POST /mcp (JSON-RPC 2.0; no tools),
-GET /openapi.json, and WebSocket /ws: each connection is a session, messages {"type": "reset", "data": {"seed": 3,
-...options}}, {"type": "step", "data": {"reply": "..."}}, {"type": "state"}, {"type": "close"}; answers
-{"type": "observation", "data": {"observation": OBS, "reward", "done", "metadata": info}}, {"type": "state", ...}
-or {"type": "error", "data": {"message", "code"}}.
+OpenEnv's (openenv 0.10's contract): GET /metadata, /schema (action {"reply": text}), /state[?session=ID],
+/openapi.json, POST /mcp (JSON-RPC 2.0, no tools), and WebSocket /ws, a session per connection: {"type": "reset" |
+"step" | "state" | "close", "data": {...}} answered {"type": "observation" | "state" | "error", "data": {...}}.
 
-Hardening: with ENVIRONMENT_API_KEY set, every request (WebSocket too) needs it as `Authorization: Bearer KEY` or
-`X-API-Key: KEY`, else 401; bodies and WebSocket messages over 1 MB are refused (413); options are checked for
-type and bounds before anything is built (400); sessions are capped (429), so are steps per episode (409), and idle
-sessions expire (404 afterwards). Every refusal is {"error": "what, and the fix"}: 400 (bad JSON, a missing or
-ill-typed field, bad options), 401, 404 (unknown path or session), 405 (wrong method), 409 (a step after the end,
-or past the cap), 413, 429, 500 (the environment raised: the reason). The server goes on after each; a client that
-hangs up in the middle of its body is a 400 nobody hears, never a traceback in the server's log.
+Hardening: with ENVIRONMENT_API_KEY set, every request needs it (`Authorization: Bearer KEY` or `X-API-Key`), else
+401. Every refusal is {"error": "what, and the fix"}, and the server goes on: 400 (bad JSON, field or options, checked
+before anything is built), 404 (unknown path or session, or an expired idle one), 405, 409 (a step after the end or
+past the cap), 413 (a body or message over 1 MB), 429 (sessions capped), 500 (the environment raised: the reason).
+A client that hangs up in the middle of its body is a 400 nobody hears, never a traceback in the server's log.
 """
 
 from __future__ import annotations

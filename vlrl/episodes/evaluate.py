@@ -12,7 +12,8 @@ A record:
      max_turns, max_new_tokens}
 
 With `temperature` 0 the episodes are greedy; above 0 they are sampled with a seed fixed per batch, so the same
-policy on the same seeds draws the same episodes. Comparing two evals is `vlrl.evaluation.episode_compare`.
+policy on the same seeds draws the same episodes. `evaluate_run` plays a run's eval seeds into its files (the eval
+stage, `vlrl.run.evaluate_policy`); comparing two evals is `vlrl.evaluation.compare`, for episodes as for items.
 
 `sample` plays K sampled episodes of each world (`[eval] samples = K`) into one record per world whose `draws` are
 its episodes, {success as `correct`, return, achievements, invalid actions, length}: success@k and achievements@k
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from vlrl.base.errors import EvalError
 from vlrl.base.progress import Progress
 from vlrl.envs.achievements import crafter_report, record_achievements
-from vlrl.episodes.rollout import Episode, Settings, play, summary
+from vlrl.episodes.rollout import Episode, Settings, environment_for, play, seeds_for, settings_for, summary
 from vlrl.evaluation.records import drop_torn_tail, read_records
 
 SAMPLING_SEED = 7_919  # seeds a sampled eval's draws (with the batch's first seed)
@@ -198,3 +200,22 @@ def _in_order(output_path: Path, seeds: list[int]) -> list[dict]:
     """The records of `output_path` for `seeds`, in their order."""
     by_seed = {r["seed"]: r for r in read_records(output_path)}
     return [by_seed[s] for s in seeds if s in by_seed]
+
+
+def evaluate_run(config, policy, processor, run, when: str, log=print) -> list[dict]:
+    """An episode run's eval seeds into `run`'s (a `vlrl.config.rundir.RunDir`) eval_<when>.jsonl and
+    episode_frames/<when>/ ("before" resumes a partial file; "after" starts over: episodes of an earlier adapter must
+    never be scored as this one's); with [eval] samples = K, also K episodes of each eval world sampled at [eval]
+    temperature into samples_<when>.jsonl (success@k and achievements@k). Returns the greedy records."""
+    path, sampled = run.eval_file(f"eval_{when}"), run.eval_file(f"samples_{when}")
+    if when == "after":
+        path.unlink(missing_ok=True)
+        sampled.unlink(missing_ok=True)
+    settings, make_env, seeds = settings_for(config, "eval"), environment_for(config), seeds_for(config, "eval")
+    records = evaluate(policy, processor, make_env, seeds, path, settings, env_name=config.env.name,
+                       frame_dir=run.episode_frames(when), batch_size=config.eval.batch_size, log=log)
+    if config.eval.samples:
+        sample(policy, processor, make_env, seeds, sampled, replace(settings, temperature=config.eval.temperature),
+               samples=config.eval.samples, env_name=config.env.name, seed=config.eval.seed,
+               batch_size=config.eval.batch_size, log=log)
+    return records

@@ -7,8 +7,8 @@ image caps, the context measured with its image tokens, and every abnormal end c
 Each turn the live episodes' contexts (OpenAI-schema messages, capped: `vlrl.episodes.context`) are rendered with the
 chat template and their images into token ids, each earlier reply as the ids it was generated as
 (`vlrl.episodes.tokens`), measured (image tokens included), and decoded together by the decoding engine (`vlrl.engine`;
-on a CUDA GPU with `fast_generation`, a static KV cache in steps of `CACHE_BUCKET` tokens and compiled decoding, the
-batch's rows kept as episodes end, so a whole episode compiles a few decoding graphs). At most `batch_size` episodes are
+on a CUDA GPU with `fast_generation`, a static KV cache in the session's steps (`vlrl.engine.session`) and compiled
+decoding, the batch's rows kept as episodes end, so a whole episode compiles a few decoding graphs). At most `batch_size` episodes are
 live at once: one that ends hands its slot to the next seed's episode, which joins the next turn's batch, so episodes of
 unequal lengths keep the batch full. An episode ends:
 - `done`: the environment said so (its `metrics()["success"]` says whether it succeeded);
@@ -24,22 +24,21 @@ from __future__ import annotations
 
 import functools
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from vlrl import engine
+from vlrl.engine import token_types
 from vlrl.episodes.context import Settings, assistant_message, cap_context, observation_message, opening
 from vlrl.episodes.tokens import Contexts
-from vlrl.model import prompts
 
 ENDINGS = ("done", "max_turns", "truncated", "failed")
-CACHE_BUCKET = 2048  # static cache lengths step by this: an episode's context grows every turn, and each length compiles
 
 
 @dataclass
 class Episode:
     """One episode: its full conversation (every image, OpenAI schema), the observations as the environment gave
     them (`frames`, reset's first), one dict per turn, each turn's context as the model took it (`contexts`:
-    `prompts.Tokenized`) and the token ids of each reply as generated (what training scores; with
+    `token_types.Tokenized`) and the token ids of each reply as generated (what training scores; with
     `Settings.record_logps`, their sampled log-probs too), how it ended and what was dropped on the way."""
 
     seed: int
@@ -66,7 +65,7 @@ class Episode:
     def total_return(self) -> float:
         return float(sum(t["reward"] for t in self.turns))
 
-    def context(self, settings: Settings, processor) -> prompts.Tokenized:
+    def context(self, settings: Settings, processor) -> token_types.Tokenized:
         """The context the model sees now, as token ids: the conversation with the in-context image cap applied."""
         capped, dropped = cap_context(self.messages, max_images=settings.max_images_in_context,
                                       step=settings.image_drop_step)
@@ -110,7 +109,17 @@ def settings_for(config, when: str) -> Settings:
                     image_drop_step=v.image_drop_step, image_size=v.image_size, text=v.text, fast_generation=config.training.fast_generation)
 
 
-def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: int = 0, log=None) -> list[Episode]:
+def decoding_for(model, processor, settings: Settings) -> engine.Decoding:
+    """How every turn of a rollout decodes, from `settings`: the reply budget, the temperature, a static cache and
+    compiled decoding where `fast_generation` says so, each token's log-prob where `record_logps` does. A trainer
+    builds it once (its suppressed ids also mask the training forward) and hands it to `play`."""
+    return engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
+                               temperature=settings.temperature, static=settings.fast_generation,
+                               record_logps=settings.record_logps)
+
+
+def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: int = 0, log=None,
+         decoding: engine.Decoding | None = None) -> list[Episode]:
     """Plays one episode per seed (a seed listed twice is played twice: a GSPO group) and returns them in order.
 
     Args:
@@ -123,10 +132,12 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
         batch_size: episodes decoded together (0: all of them); an episode that ends hands its slot to the next
             seed's episode at the next turn, so the batch stays full while episodes of unequal lengths end.
         log: optional callable for a one-line summary.
+        decoding: how turns decode (`decoding_for(model, processor, settings)`, built here when None).
     """
     started, seeds = time.time(), list(seeds)
     session = engine.Session(min(batch_size or len(seeds), len(seeds)) or 1)
-    episodes = _play_batch(model, processor, make_env, seeds, settings, session)
+    decoding = decoding or decoding_for(model, processor, settings)
+    episodes = _play_batch(model, processor, make_env, seeds, settings, session, decoding)
     if log is not None and episodes:
         s = summary(episodes)
         kept = f", {session.reused:,} of {session.reused + session.prefilled:,} context tokens read from the kept " \
@@ -152,17 +163,13 @@ def summary(episodes: list[Episode]) -> dict:
 
 # --- one batch of episodes -----------------------------------------------------------------------------------------
 
-def _play_batch(model, processor, make_env, seeds, settings: Settings, session) -> list[Episode]:
+def _play_batch(model, processor, make_env, seeds, settings: Settings, session, decoding) -> list[Episode]:
     """Every seed's episode, as many decoded together each turn as `session` (an `engine.Session`) has slots: when an
     episode ends, the next seed's episode starts in its slot and joins the next turn's batch; each slot's KV cache is
     kept from turn to turn while its context only grows."""
     if not seeds:
         return []
     slots = session.rows
-    decoding = engine.decoding_for(model, processor, max_new_tokens=settings.max_new_tokens,
-                                   temperature=settings.temperature, static=settings.fast_generation,
-                                   record_logps=settings.record_logps)
-    decoding = replace(decoding, cache_bucket=CACHE_BUCKET, rows=slots)
     episodes = [Episode(seed=int(seed)) for seed in seeds]
     envs = [None] * len(seeds)
     waiting, held = iter(range(len(seeds))), [None] * slots  # each slot's episode (its index), None when empty

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from vlrl.model.prompts import MASKED_LOGIT, Tokenized, extends, mask_tokens, token_batch
+from vlrl.engine.token_types import Tokenized, extends, token_batch
+from vlrl.model.vision_tokens import MASKED_LOGIT, mask_tokens
 
 VOCAB_CHUNK = 8192  # output-layer rows per chunk (TRL's own for its chunked log-probs)
 

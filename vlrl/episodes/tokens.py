@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import itertools
 
+from vlrl.engine.token_types import Tokenized
 from vlrl.episodes.context import to_processor
-from vlrl.model.prompts import Tokenized
 
 MARK = "\ue000"  # a private-use character: a reply's place in the rendered text
 
 
 class Contexts:
     """One episode's contexts, turn after turn: `next(messages, replies, dropped)` gives the context that asks for
-    the next reply (`prompts.Tokenized`)."""
+    the next reply (`token_types.Tokenized`)."""
 
     def __init__(self, processor):
         self.processor = processor

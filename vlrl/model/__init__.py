@@ -1,5 +1,6 @@
 """The model layer: loading a policy (`loading`: backends, 4-bit, LoRA targets per family, adapters), the tiny offline
-models (`tiny`) and the conversation a row becomes (`prompts`: chat template, token counts, the engine's token types).
+models (`tiny`), the conversation a row becomes (`prompts`: chat template, the processor's tensors), its length in
+tokens (`lengths`: the length filter) and the vision placeholders decoding never produces (`vision_tokens`).
 
 It may import `vlrl.base` and `vlrl.grammar`. The decoding engine (`vlrl.engine`) sits on top of it. The loading
 functions are re-exported here, so `vlrl.model.load_model` is the public name.

@@ -17,7 +17,7 @@ from vlrl.config.rundir import RunDir
 from vlrl.evaluation.evaluate import question, score
 from vlrl.evaluation.records import read_records
 from vlrl.grammar import answers, rewards
-from vlrl.model import prompts
+from vlrl.model import lengths, prompts
 from vlrl.report.blocks import (
     STYLE,
     comparison_table,
@@ -105,7 +105,7 @@ def items_html(rows, n: int = 4, *, processor=None) -> Html:
         fields.update({k: v for k, v in (row.get("metadata") or {}).items() if k in ("task", "skills", "source")})
         details = table(None, [[esc(k), f"<code>{esc(v)}</code>"] for k, v in fields.items()], "small")
         if processor is not None and row.get("prompt"):
-            details += (f"<p><b>Through the chat template</b> ({prompts.prompt_tokens(processor, row)} tokens, image "
+            details += (f"<p><b>Through the chat template</b> ({lengths.prompt_tokens(processor, row)} tokens, image "
                         f"tokens included)</p><pre>{esc(prompts.render_prompt(row, processor))}</pre>")
         pictures = _pictures(prompts.row_images(row, decode=True), row["id"])
         cards.append(f'<div class=item><h3>{esc(row["id"])}</h3><div class=row><div class=pic>{pictures}</div>'

@@ -85,7 +85,7 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
 
 def turn_rows(episodes, advantages: list[float]) -> list[dict]:
     """Every assistant turn of the episodes with a finite advantage, as one row: which episode it is of, its context
-    as the model took it (`prompt`: `prompts.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
+    as the model took it (`prompt`: `token_types.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
     rows = []
     for e, (episode, advantage) in enumerate(zip(episodes, advantages)):
         if not math.isfinite(advantage):
@@ -266,7 +266,7 @@ class EpisodeRollouts:
                                           gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
               self._dist.summon_full_params(self.model_wrapped, recurse=False)):
             episodes = play(policy, self.processing_class, self.make_env, seeds, settings,
-                            batch_size=self.episodes_at_once)
+                            batch_size=self.episodes_at_once, decoding=self.rollout_decoding)
         self._rollout_seconds += time.perf_counter() - started  # the step's `rollout_time` (`vlrl.training.mismatch`)
         self._played_tokens += sum(len(ids) for e in episodes for ids in e.reply_ids)
         return episodes

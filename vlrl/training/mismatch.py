@@ -30,7 +30,7 @@ import time
 import torch
 
 from vlrl import engine
-from vlrl.model.prompts import mask_tokens
+from vlrl.model.vision_tokens import mask_tokens
 
 # What the trainer adds to each logged step; delta = log pi_train - log pi_rollout of a sampled completion token.
 METRICS = {
@@ -249,7 +249,7 @@ def rollout_inputs(prompt_ids: list[list[int]], multimodal_fields: dict, pad_id:
 
 @contextlib.contextmanager
 def masked(model, ids):
-    """While inside, `model`'s logits have the tokens `ids` masked (`vlrl.model.prompts.mask_tokens`): the loss's forward
+    """While inside, `model`'s logits have the tokens `ids` masked (`vlrl.model.vision_tokens.mask_tokens`): the loss's forward
     then scores the distribution rollouts sampled from, which `suppress_tokens` cut them out of. Without it the
     masked tokens' probability mass (4e-4 at most on the tiny random model) would read as rollout/training mismatch."""
     if not ids:

@@ -30,7 +30,7 @@ from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
-from vlrl.model import prompts
+from vlrl.model import lengths, vision_tokens
 from vlrl.model.loading import backend_of
 from vlrl.training import dynamic_sampling, episode_trainer, mismatch
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
@@ -111,7 +111,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     elif transformers_backend:
         trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
     else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
-        trainer.generation_config.suppress_tokens = prompts.vision_token_ids(processor)
+        trainer.generation_config.suppress_tokens = vision_tokens.vision_token_ids(processor)
         trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
 
@@ -124,12 +124,11 @@ def _play_episodes(trainer, config: RunConfig, model, processor, args, log) -> N
                           "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary loss; "
                           "set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
     trainer.make_env = episode_rollout.environment_for(config)
-    trainer.play_settings = episode_rollout.settings_for(config, "train")
+    trainer.play_settings = replace(episode_rollout.settings_for(config, "train"), record_logps=True)
     trainer.episodes_at_once = config.training.generation_batch_size
     trainer.pass_tokens = config.model.max_seq_length
     trainer.episode_log = log
-    trainer.rollout_decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
-                                                   temperature=args.temperature, record_logps=True)
+    trainer.rollout_decoding = episode_rollout.decoding_for(model, processor, trainer.play_settings)  # play's one
 
 
 # GRPOConfig's sampling filters at the values that leave the distribution whole (TRL's defaults)
@@ -151,7 +150,7 @@ def rollout_decoding(config: RunConfig, model, processor, train_dataset, args, f
     decoding = engine.decoding_for(model, processor, max_new_tokens=args.max_completion_length,
                                    temperature=args.temperature, thinking_budget=t.thinking_budget, static=fast,
                                    record_logps=True)
-    longest = prompts.longest_prompt(train_dataset) or config.data.max_prompt_tokens
+    longest = lengths.longest_prompt(train_dataset) or config.data.max_prompt_tokens
     return replace(decoding, min_cache_length=min(longest, config.data.max_prompt_tokens) + args.max_completion_length)
 
 
