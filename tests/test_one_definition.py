@@ -84,6 +84,8 @@ def test_every_vlrl_name_the_package_mentions_exists():
     """sections.py once pointed at a `vlrl.grammar.rewards.REWARD_SETS` that never existed."""
     missing = []
     for path in sources():
+        if path == PACKAGE / "__init__.py":  # its MOVED table names the old modules on purpose
+            continue
         for ref in sorted(set(re.findall(r"\bvlrl(?:\.[A-Za-z_]\w*)+", path.read_text()))):
             parts, obj, cut = ref.split("."), None, 1
             for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
