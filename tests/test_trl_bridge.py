@@ -67,3 +67,19 @@ def test_no_trl_private_name_outside_the_bridge():
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}" for p in files if p not in (BRIDGE, Path(__file__).resolve())
              for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)
+
+
+def test_the_chunked_kernel_gives_each_tokens_log_prob_and_entropy():
+    # TRL's kernel under either name (private in 1.14, trl.kernels in 1.16): the full softmax's numbers, by chunks
+    import torch
+
+    from vlrl.training import trl_bridge
+
+    torch.manual_seed(0)
+    hidden, weight, labels = torch.randn(5, 8, requires_grad=True), torch.randn(11, 8), torch.randint(0, 11, (5,))
+    logps, entropies = trl_bridge.chunked_logps(hidden, weight, None, labels, 0.7, 4, None, 1.0)
+    every = (hidden @ weight.T / 0.7).log_softmax(-1)
+    assert torch.allclose(logps, every.gather(1, labels[:, None]).squeeze(1), atol=1e-5)
+    assert torch.allclose(entropies, -(every.exp() * every).sum(-1), atol=1e-5)
+    logps.sum().backward()  # the backward recomputes the chunks
+    assert hidden.grad is not None and hidden.grad.abs().sum() > 0
