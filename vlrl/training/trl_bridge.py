@@ -97,6 +97,14 @@ def check(trainer: type = GRPOTrainer) -> None:
         for name in names:
             if not hasattr(importlib.import_module(module), name):
                 raise _missing(f"{module}.{name}", "a helper vlrl calls")
+    from transformers import Trainer
+
+    if not callable(getattr(Trainer, "_prepare_inputs", None)):  # a transformers name: its version in the line
+        import transformers
+
+        raise TrlSurfaceError(f"transformers {transformers.__version__} has no Trainer._prepare_inputs (how rollouts "
+                              "reach the device), which vlrl's trainer relies on; install a transformers version vlrl "
+                              "supports (pyproject.toml lists them).")
     if _chunked_function() is None:
         raise _missing(" or ".join(f"{m}.{n}" for m, n in CHUNKED), "the chunked log-prob kernel episode runs score with")
 
