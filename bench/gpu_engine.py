@@ -104,7 +104,9 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
     timer, steps = Timer(), []
     trainer.add_callback(step_clock(timer, steps, lambda done: say(
         f"{path}: step {len(done)} {done[-1]['step_s']:.1f} s (generation {done[-1].get('generation_s', 0):.1f} s)")))
-    timer.wrap(trainer, "_generate_single_turn", "generation_s")
+    from vlrl.training import trl_bridge
+
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     logs = trainer.state.log_history

@@ -207,7 +207,7 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     from vlrl.base import synthetic
     from vlrl.config import runfile as cfg
     from vlrl.model import prompts
-    from vlrl.training import train
+    from vlrl.training import train, trl_bridge
 
     config = cfg.preset("tiny")
     config.training.importance_sampling_correction = correction
@@ -228,8 +228,8 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
     timer, steps = Timer(), []
     trainer = train.build_trainer(config, model, processor, dataset, Path(args.out) / f"run-{correction}",
                                   fast_generation=args.fast_generation, callbacks=[step_clock(timer, steps)])
-    timer.wrap(trainer, "_generate_single_turn", "generation_s")
-    timer.wrap(trainer, "_calculate_rewards", "reward_s")
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "score_rewards"), "reward_s")
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]

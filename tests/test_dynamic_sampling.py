@@ -99,16 +99,18 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
             out.append(list(answers[0 if key == flat[0] else j % 4]))
         return out, None
 
-    trainer._generate_single_turn = generate
-    batch = trainer._generate_and_score_completions([train_ds[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)])
+    trainer.generate_rollouts = generate
+    batch = trainer.generate_and_score([train_ds[i] for i in (0, 0, 0, 0, 1, 1, 1, 1)])
     completions = batch["completion_ids"].view(2, 4, -1)
     assert all(len({tuple(row.tolist()) for row in group}) == 4 for group in completions)  # no flat group left
-    metrics = trainer._metrics["train"]
+    metrics = trainer.train_metrics
     assert metrics["frac_reward_zero_std"] == [0.5] and metrics["dynamic_sampling/extra_groups"] == [1.0]
     assert metrics["dynamic_sampling/frac_zero_std_after"] == [0.0]
     lengths = [len(a) for a in answers]  # first draw: the flat group 4 x answer 0, the other each answer; then 1 group
     assert metrics["dynamic_sampling/generated_tokens"] == [4 * lengths[0] + 2 * sum(lengths)]
     assert len(metrics["reward"]) == 1  # the first draw's, not the redraws'
+    monitor, step_line = trainer.watchers  # rewards/accuracy and degeneration/* count the first draw's 8 too
+    assert (monitor.seen, step_line.scored) == (8, 8)
     assert batch["advantages"].view(2, 4).abs().sum(dim=1).gt(0).all()
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
 
@@ -129,9 +131,13 @@ def test_an_episode_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
                                 tmp_path, log=lambda *_: None)
     torch.manual_seed(0)
     batches = built._play_and_batch([{"seed": s} for s in (1_000_000,) * 4 + (1_000_001,) * 4])
-    metrics = built._metrics["train"]
+    metrics = built.train_metrics
     assert metrics["frac_reward_zero_std"] == [1.0] and metrics["dynamic_sampling/frac_zero_std_after"] == [1.0]
     assert metrics["dynamic_sampling/extra_groups"] == [6.0]  # 3 draws of the 2 flat groups, all flat again
+    turns = metrics["completions/turns_mean"][0] * 8  # what the step trains on: every turn of the 8 episodes
+    assert metrics["episodes/turns_trained"][0] + metrics["episodes/turns_dropped/empty_reply"][0] == turns
+    assert metrics["episodes/turns_dropped/failed_episode"] == [0.0]
+    assert built.degeneration_monitor.seen == turns  # the first draw's replies, not the redraws'
     advantages = torch.cat([p["advantages"] for b in batches for p, _ in b["passes"]])
     assert (advantages == 0).all()
     json.dumps({k: v for k, v in metrics.items()})  # what train_log.jsonl gets is plain numbers

@@ -101,6 +101,24 @@ def test_advantages_follow_trls_rule_and_leave_failed_episodes_out():
     assert same.tolist() == [0.0, 0.0] and flat.tolist() == [True]  # one outcome in the group: nothing to learn
     failed, _ = trainer.group_advantages(torch.tensor([1.0, 0.0, float("nan")]), 3, "none")
     assert failed[:2].tolist() == [0.5, -0.5] and failed[2].isnan()  # out of the statistics, and trains nothing
+    for scale in ("group", "batch"):  # a group with one episode left (its other failed): no spread, advantage 0
+        lone, flat = trainer.group_advantages(torch.tensor([1.0, float("nan"), 0.0, 2.0]), 2, scale)
+        assert lone[0].item() == 0.0 and lone[1].isnan() and lone[2:].abs().gt(0).all() and flat.tolist()[0]
+    lone, _ = trainer.group_advantages(torch.tensor([float("nan"), 3.0]), 2, "batch")  # one return in the batch
+    assert lone[1].item() == 0.0
+
+
+def test_turn_rows_count_the_turns_they_leave_out_by_why():
+    from types import SimpleNamespace
+
+    def episode(*replies):
+        return SimpleNamespace(reply_ids=list(replies), reply_logps=[], contexts=[None] * len(replies))
+
+    dropped = {}
+    advantages = trainer.group_advantages(torch.tensor([1.0, float("nan"), 0.0, 2.0]), 2, "group")[0].tolist()
+    rows = trainer.turn_rows([episode([1], [2]), episode([3]), episode([4], []), episode([5])], advantages, dropped)
+    assert [r["episode"] for r in rows] == [0, 0, 2, 3]  # the lone survivor's turns train (advantage 0)
+    assert dropped == {"failed_episode": 1, "empty_reply": 1}
 
 
 def test_passes_keep_every_turn_and_weigh_as_trls_reduction():
@@ -388,6 +406,29 @@ def test_an_episode_step_in_passes_is_trls_loss_over_the_whole_micro_batch(polic
         assert torch.allclose(split_grad, whole_grad, atol=1e-6) and whole_grad.abs().sum() > 0, loss_type
 
 
+@pytest.mark.slow
+def test_a_rollout_trained_on_twice_scores_its_turns_at_the_rollouts_weights(policy, tmp_path):
+    """`[env] updates_per_rollout = 2`: a rollout spans two optimizer steps, so its turns carry the rollout policy's
+    log-probs (`old_per_token_logps`), which the turns' own scoring gives (an ImportError before: TRL's
+    `disable_gradient_checkpointing` was imported from a module that never had it)."""
+    from vlrl.episodes.rollout import play
+    from vlrl.training import train
+
+    model, processor = policy
+    built = train.build_trainer(_episode_config("env.updates_per_rollout=2"), model, processor,
+                                trainer.seed_dataset([1_000_000]), tmp_path / "run", log=lambda *_: None)
+    assert built.num_iterations == 2
+    torch.manual_seed(1)
+    rows = trainer.turn_rows(play(model, processor, built.make_env, [0, 0], built.play_settings), [1.0, -0.5])
+    model.eval()  # no dropout: the two scorings compare exactly
+    inputs = built._micro_batches(rows)[0]["passes"][0][0]
+    built._merged = inputs["merged"]
+    with torch.no_grad():
+        scored = built._merged_logps(model, False)[0]
+    built._merged = None
+    assert torch.equal(inputs["old_per_token_logps"], scored)
+
+
 def test_contexts_are_the_templates_tokens_with_each_reply_as_generated(tiny_base_dir):
     """An episode's contexts (`vlrl.episodes.tokens`): the processor's tokens of the rendered conversation where a
     reply's text tokenizes back to its ids; a reply generated in other ids (here "left" spelled letter by letter)
@@ -456,7 +497,7 @@ def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, t
     ids = pad(replies, padding_value=processor.tokenizer.pad_token_id, padding_side="right")
     mask = pad([torch.ones_like(x) for x in replies], padding_value=0, padding_side="right")
     with masked(model, built.suppressed_token_ids):  # TRL's forward, as the mismatch trainer runs it
-        theirs, their_entropy, _ = super(trainer.EpisodeRollouts, built)._full_logits_logps(
+        theirs, their_entropy, _ = super(trainer.EpisodeRollouts, built).token_logps(
             model, torch.cat([prompts["input_ids"], ids], 1), torch.cat([prompts["attention_mask"], mask], 1),
             ids.size(1), compute_entropy=True, pixel_values=prompts["pixel_values"],
             image_grid_thw=prompts["image_grid_thw"], num_images=[len(r["prompt"].image_grid_thw) for r in rows],

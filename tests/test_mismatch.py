@@ -110,7 +110,7 @@ def test_corrected_loss_equals_an_independent_computation(tiny_dir, tmp_path, le
     policy = trainer.model
     policy.train()
     torch.manual_seed(0)
-    batch = trainer._generate_and_score_completions([rows[i] for i in (0, 1) for _ in range(4)])  # 2 groups of 4
+    batch = trainer.generate_and_score([rows[i] for i in (0, 1) for _ in range(4)])  # 2 groups of 4
     batch["advantages"] = torch.linspace(-1, 1.5, 8)  # any advantages (the tiny model's rewards may all tie)
     rollout, mask = batch["sampling_per_token_logps"], batch["completion_mask"].float()
     vision = vision_tokens.vision_token_ids(trainer.processing_class)  # rollouts never sample them; the loss masks them

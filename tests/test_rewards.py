@@ -54,7 +54,7 @@ def test_trl_names_and_pickles_the_rewards():
 
 
 def test_rewards_on_a_real_dataset_as_trl_passes_it():
-    # The columns exactly as GRPOTrainer._calculate_rewards builds them from prompts.to_dataset rows.
+    # The columns exactly as TRL's GRPOTrainer hands them to reward functions, from prompts.to_dataset rows.
     from vlrl.base import synthetic
     from vlrl.model import prompts
 

@@ -271,14 +271,14 @@ def test_gspo_rollouts_keep_the_budget_and_log_how_often_it_cut(tiny_dir, thinki
     policy, _ = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
     trainer = train.build_trainer(config, policy, thinking_processor,
                                   prompts.to_dataset(synthetic.generate(8, seed=5, image_size=64)), tmp_path)
-    rollouts, generate = [], trainer._generate_single_turn
+    rollouts, generate = [], trainer.generate_rollouts
 
     def recorded(*args, **kwargs):
         completion_ids, logprobs = generate(*args, **kwargs)
         rollouts.extend(completion_ids)
         return completion_ids, logprobs
 
-    trainer._generate_single_turn = recorded
+    trainer.generate_rollouts = recorded
     trainer.train()
     assert len(rollouts) == 8 and all(n <= 4 for n in _thinking_lengths(rollouts, 4))
     logged = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]

@@ -74,13 +74,13 @@ def test_generation_batch_size_decodes_each_micro_batch_just_before_its_step(tin
     policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
     trainer = train.build_trainer(config, policy, processor,
                                   prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
-    calls, generate = [], trainer._generate_single_turn
+    calls, generate = [], trainer.generate_rollouts
 
     def counted(prompt_ids, *args, **kwargs):
         calls.append(len(prompt_ids))
         return generate(prompt_ids, *args, **kwargs)
 
-    trainer._generate_single_turn = counted
+    trainer.generate_rollouts = counted
     trainer.train()
     assert (trainer.args.generation_batch_size, trainer.args.steps_per_generation) == (8, 2)
     assert calls == [8, 8] and trainer.state.global_step == 1
@@ -104,14 +104,14 @@ def test_rollouts_never_sample_an_image_placeholder(tiny_dir, tmp_path):
     try:
         trainer = train.build_trainer(tiny_config(max_steps=1), policy, processor,
                                       prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64)), tmp_path)
-        completions, generate = [], trainer._generate_single_turn
+        completions, generate = [], trainer.generate_rollouts
 
         def kept(*args, **kwargs):
             out = generate(*args, **kwargs)
             completions.extend(out[0])
             return out
 
-        trainer._generate_single_turn = kept
+        trainer.generate_rollouts = kept
         trainer.train()
     finally:
         hook.remove()

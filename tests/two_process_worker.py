@@ -46,7 +46,7 @@ def fixed_rollouts(trainer, processor, seen: list) -> None:
                 seen.append(zlib.crc32(str(key).encode()))
         return completions, None
 
-    trainer._generate_single_turn = generate
+    trainer.generate_rollouts = generate
 
 
 def train_steps(run_dir: str | Path, per_device: int, steps: int) -> tuple[dict, list]:

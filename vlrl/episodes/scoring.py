@@ -10,7 +10,7 @@ clipping see the rows they did. An image dropped from the context starts a new s
 context, token for token, does not extend the previous one.
 
 The forward runs the language model's backbone once per segment and the output layer only at the reply tokens, in
-chunks over the vocabulary (TRL's `_ChunkedLogProbFunction`, which recomputes them in the backward), so a 16-turn
+chunks over the vocabulary (`chunked`: TRL's chunked log-prob kernel, which recomputes them in the backward), so a 16-turn
 Crafter episode scores 4,096 reply tokens without its [tokens x vocabulary] logits in memory. The tokens rollouts
 never sample (image and video placeholders) are masked as `vlrl.training.mismatch.masked` masks them: far below any logit.
 """
@@ -70,12 +70,12 @@ def merged_inputs(processor, chosen: list[list[dict]]) -> dict:
 
 
 def reply_logps(model, merged: dict, reply_mask: torch.Tensor, *, temperature: float, suppressed: tuple[int, ...],
-                autocast, compute_entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+                autocast, compute_entropy: bool, chunked) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Each turn's reply tokens' log-probs (and entropies) in TRL's layout ([turns, longest reply], zero after a
     reply's end: `reply_mask`), from one backbone forward over the merged segments. `model`: the unwrapped policy
-    (PEFT or not); `autocast`: the trainer's mixed-precision context."""
-    from trl.trainer.utils import _ChunkedLogProbFunction
-
+    (PEFT or not); `autocast`: the trainer's mixed-precision context; `chunked`: the log-prob kernel over vocabulary
+    chunks, `(hidden, weight, bias, labels, temperature, chunk_size, softcap, scale) -> (logps, entropies)` (TRL's,
+    through `vlrl.training.trl_bridge.chunked_logps`)."""
     inner = model.base_model.model if hasattr(model, "peft_config") else model
     with autocast():
         hidden = inner.base_model(**merged["forward"], use_cache=False).last_hidden_state
@@ -89,8 +89,8 @@ def reply_logps(model, merged: dict, reply_mask: torch.Tensor, *, temperature: f
                 else bias.detach().float().clone()  # never the layer's own bias, changed in place
             bias[list(suppressed)] += MASKED_LOGIT
         with autocast():
-            logps, entropies = _ChunkedLogProbFunction.apply(hidden, head.weight, bias, merged["labels"], temperature,
-                                                             VOCAB_CHUNK, cap, scale)
+            logps, entropies = chunked(hidden, head.weight, bias, merged["labels"], temperature, VOCAB_CHUNK, cap,
+                                       scale)
     else:  # an adapted output layer (LoRA on the head: the tiny presets) is run as the module it is, all at once
         with autocast():
             logits = mask_tokens(head(hidden).float(), list(suppressed)) * scale  # masked where the hook masks

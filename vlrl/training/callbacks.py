@@ -7,6 +7,7 @@ Both work with TRL's GRPOTrainer and Unsloth's patched one: the monitor sees com
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -45,7 +46,24 @@ def _jsonable(value):
         return str(value)
 
 
-class DegenerationMonitor(TrainerCallback):
+class Counting:
+    """A callback that counts completions as the reward functions see them, and can stop counting for a while:
+    dynamic sampling's redraws are left out of every logged number of the step's samples, which describe its first
+    draw (`vlrl.training.dynamic_sampling`)."""
+
+    counting = True
+
+    @contextlib.contextmanager
+    def paused(self):
+        """While inside, the completions scored are not counted."""
+        self.counting = False
+        try:
+            yield
+        finally:
+            self.counting = True
+
+
+class DegenerationMonitor(Counting, TrainerCallback):
     """Watches every completion the trainer scores and logs, each logging step:
 
     - `degeneration/rate`: the share of completions that are `addCriterion`/newline spam (`rewards.format_parts`),
@@ -79,6 +97,8 @@ class DegenerationMonitor(TrainerCallback):
         self.ratio_sum = 0.0
 
     def observe(self, completions, completion_ids=None) -> None:
+        if not self.counting:
+            return
         for completion in completions:
             parts = rewards.format_parts(completion)
             self.seen += 1
@@ -129,7 +149,7 @@ class DegenerationMonitor(TrainerCallback):
                      f"degenerated (>= [training] stop_on_degeneration = {self.stop_at})")
 
 
-class StepLine(TrainerCallback):
+class StepLine(Counting, TrainerCallback):
     """One line per training step: reward (and its spread), accuracy, format, KL, step time and ETA. TRL's own
     progress callback prints each step's dict of every metric (1,265 characters); train_log.jsonl keeps those.
 
@@ -154,6 +174,8 @@ class StepLine(TrainerCallback):
         @functools.wraps(reward_func)
         def watched(completions, **kwargs):
             scores = reward_func(completions, **kwargs)
+            if not self.counting:
+                return scores
             scored = [s for s in scores if s is not None]  # None: an item without a usable gold, not scored
             self.right += sum(s > 0 for s in scored)
             self.scored += len(scored)

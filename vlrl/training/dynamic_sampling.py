@@ -17,10 +17,16 @@ draw is trained as it is (its advantage is 0). Every step logs, on or off:
 - `dynamic_sampling/generated_tokens`: single-turn runs' completion tokens of every draw, the first included (on;
   episode runs log `episodes/generated_tokens`, redraws included, on or off).
 
-`Redraws` is mixed into vlrl's single-turn GRPOTrainer; `vlrl.training.episode_trainer` applies the same rule to episodes.
+`redraw_groups` is the loop of both kinds of run: `Redraws` is mixed into vlrl's single-turn trainer, and
+`vlrl.training.episode_trainer` runs it over episodes. Every number logged of the step's samples (`reward`,
+`rewards/*`, `completions/*`, `degeneration/*`, `frac_reward_zero_std`) describes the first draw: the policy's sample
+of the step's prompts, which the redraws' selection (groups that differ) would bias; what the redraws cost and what
+trains after them is `dynamic_sampling/*`.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -82,7 +88,7 @@ def outcome(accelerator, extra: int, flat: list[bool], tokens: int | None = None
 
 
 def merge_rows(batches: list[dict], picks: list[tuple[int, int]], pad_id: int) -> dict:
-    """One batch in TRL's form (`GRPOTrainer._generate_and_score_completions`' output) of the rows `picks` ((batch,
+    """One batch in TRL's form (`generate_and_score`'s output) of the rows `picks` ((batch,
     row) pairs) of `batches`, each field padded as TRL pads it. A field vlrl does not know is refused, never dropped."""
     from trl.trainer.utils import split_pixel_values_by_grid, unsplit_pixel_values_by_grid
 
@@ -123,57 +129,89 @@ def _pad(batch: dict, key: str, value: torch.Tensor, prompt_width: int, completi
     return torch.cat([left, right], dim=1)
 
 
+def redraw_groups(accelerator, flat: list[bool], draws: int, draw_groups, take) -> int:
+    """The redraw loop of both kinds of run: up to `draws` rounds, each drawing as many fresh groups as the process
+    with most flat groups still has (`most_flat`), each flat group replaced by the next fresh one that is not flat.
+
+    Args:
+        accelerator: the trainer's, for `most_flat`'s gather.
+        flat: which of this process's groups are flat; updated in place (a replaced group is no longer flat).
+        draws: the most rounds (`[training] dynamic_sampling`).
+        draw_groups: `(attempt, count) -> (fresh, fresh_flat)`: draws `count` fresh groups (completions scored, or
+            episodes played) and says which of them are flat.
+        take: `(old, fresh, new) -> None`: puts group `new` of `fresh` in the place of flat group `old`.
+
+    Returns:
+        The groups drawn again: the redraws' cost, those that came back flat too included.
+
+    >>> class One:  # a single process
+    ...     device = "cpu"
+    ...     def gather(self, x): return x
+    >>> flat, taken = [True, False, True], []
+    >>> redraw_groups(One(), flat, 3, lambda attempt, n: ("fresh", [False] * n), lambda *t: taken.append(t)), flat
+    (2, [False, False, False])
+    >>> taken
+    [(0, 'fresh', 0), (2, 'fresh', 1)]
+    """
+    extra = 0
+    for attempt in range(1, draws + 1):
+        count = most_flat(accelerator, flat)
+        if not count:
+            break
+        fresh, fresh_flat = draw_groups(attempt, count)
+        extra += count  # every group drawn costs its rollout, whether or not it replaces a flat one
+        for old, new in replacements(flat, fresh_flat).items():
+            take(old, fresh, new)
+            flat[old] = False
+    return extra
+
+
 class Redraws:
-    """Mixed into vlrl's single-turn GRPOTrainer: `_generate_and_score_completions` draws new groups for the flat
-    ones, up to `dynamic_sampling` more draws a step (0: off, but the share of flat groups is still logged)."""
+    """Mixed into vlrl's single-turn trainer: `generate_and_score` draws new groups for the flat ones, up to
+    `dynamic_sampling` more draws a step (0: off, but the share of flat groups is still logged). What the redraws
+    generate is left out of every logged number of the step's samples (TRL's metrics, and what the `watchers` count
+    through the reward functions): those describe the first draw; `outcome` logs the redraws' own numbers."""
 
     dynamic_sampling = 0
+    watchers: tuple = ()  # callbacks counting completions through the reward functions (`vlrl.training.callbacks`)
     _rewards = None  # the last scoring's rewards (every process's), weighted and summed
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    def score_rewards(self, inputs, prompts, completions, completion_ids_list):
+        per_func = super().score_rewards(inputs, prompts, completions, completion_ids_list)
         rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
         rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
         self._rewards = rewards
         return per_func
 
-    def _generate_and_score_completions(self, inputs):
-        out = super()._generate_and_score_completions(inputs)
+    def generate_and_score(self, inputs):
+        out = super().generate_and_score(inputs)
         if not self.model.training or not self.dynamic_sampling:
             return out
-        metrics = {k: len(v) for k, v in self._metrics["train"].items()}  # what the step's first draw logged
-        out, stats = self._redraw(out, len(inputs))
-        for key, values in self._metrics["train"].items():  # the logged rewards stay the first draw's
-            del values[metrics.get(key, 0):]
+        with self.metrics_discarded(), contextlib.ExitStack() as paused:  # the logged numbers stay the first draw's
+            for watcher in self.watchers:
+                paused.enter_context(watcher.paused())
+            out, stats = self._redraw(out, len(inputs))
         for key, value in stats.items():
-            self._metrics["train"][key].append(value)
+            self.log_metric(key, value)
         return out
 
     def _redraw(self, out: dict, rows: int) -> tuple[dict, dict]:
         group, rank = self.num_generations, self.accelerator.process_index
         flat = flat_groups(self._rewards, group)[rank * rows // group:(rank + 1) * rows // group].tolist()
         batches, picks = [out], [(0, r) for r in range(rows)]
-        extra = 0
-        for attempt in range(1, self.dynamic_sampling + 1):
-            most = most_flat(self.accelerator, flat)
-            if not most:
-                break
-            chosen = draw(most, len(self.train_dataset), self.args.seed, self.state.global_step, attempt, rank)
-            fresh_rows = [self.train_dataset[i] for i in chosen for _ in range(group)]
-            fresh = super()._generate_and_score_completions(fresh_rows)
-            extra += most  # every group drawn costs its rollout, whether or not it replaces a flat one
-            fresh_flat = flat_groups(self._rewards, group)[rank * most:(rank + 1) * most].tolist()
-            for old, new in replacements(flat, fresh_flat).items():
-                picks[old * group:(old + 1) * group] = [(len(batches), new * group + j) for j in range(group)]
-                flat[old] = False
-            batches.append(fresh)
+        generate_and_score = super().generate_and_score
+
+        def draw_groups(attempt: int, count: int) -> tuple[int, list[bool]]:
+            chosen = draw(count, len(self.train_dataset), self.args.seed, self.state.global_step, attempt, rank)
+            batches.append(generate_and_score([self.train_dataset[i] for i in chosen for _ in range(group)]))
+            return len(batches) - 1, flat_groups(self._rewards, group)[rank * count:(rank + 1) * count].tolist()
+
+        def take(old: int, fresh: int, new: int) -> None:
+            picks[old * group:(old + 1) * group] = [(fresh, new * group + j) for j in range(group)]
+
+        extra = redraw_groups(self.accelerator, flat, self.dynamic_sampling, draw_groups, take)
         merged = merge_rows(batches, picks, self.processing_class.tokenizer.pad_token_id) if len(batches) > 1 else out
         mask = merged["completion_mask"] * merged.get("tool_mask", 1)
         merged["num_items_in_batch"] = self.accelerator.gather(mask.sum()).sum()
         tokens = sum(int(b["completion_mask"].sum()) for b in batches)
         return merged, outcome(self.accelerator, extra, flat, tokens)
-
-
-def trainer_class(base: type) -> type:
-    """`base` (vlrl's single-turn GRPOTrainer class, `vlrl.training.mismatch.trainer_class`) with dynamic sampling."""
-    return type(f"Redrawing{base.__name__}", (Redraws, base), {"__module__": __name__})

@@ -17,7 +17,7 @@ mismatch and its correction.
 One thing TRL's batch cannot do is bound a forward pass's memory by tokens: a step's turns vary in number and length (a
 16-turn Crafter episode is 16 rows of ~2,000 tokens). So each micro-batch (whole segments, about as many turns in each)
 is split into passes of at most `pass_tokens` tokens (padding included), each pass's loss computed by TRL's
-`_compute_loss` and weighted so the passes add up to the micro-batch's loss under the recipe's reduction
+`policy_loss` and weighted so the passes add up to the micro-batch's loss under the recipe's reduction
 (`pass_weight`), the gradients of all but the last pass accumulated without a cross-process sync. Under several
 processes every process runs the same number of passes (shorter lists padded with zero-weight passes), as TRL's loss
 takes part in collective calls.
@@ -68,6 +68,8 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
     ([0.5, -0.5, 0.0, 0.0], [False, True])
     >>> group_advantages(torch.tensor([1.0, 0.0, float("nan"), 3.0]), 2, "none")[0].tolist()
     [0.5, -0.5, nan, 0.0]
+    >>> [round(a, 2) for a in group_advantages(torch.tensor([1.0, float("nan"), 0.0, 2.0]), 2, "group")[0].tolist()]
+    [0.0, nan, -0.71, 0.71]
     """
     from trl.trainer.utils import nanstd
 
@@ -77,21 +79,34 @@ def group_advantages(returns: torch.Tensor, group: int, scale: str) -> tuple[tor
         std = nanstd(returns).expand_as(returns) if returns.numel() > 1 else torch.zeros_like(returns)
     else:
         std = nanstd(grouped, dim=1).repeat_interleave(group) if group > 1 else torch.zeros_like(returns)
+    std = torch.nan_to_num(std, nan=0.0)  # one finite return in a group (or batch): no spread, so advantage 0
     advantages = returns - mean
     if scale != "none":
         advantages = advantages / (std + 1e-4)
     return advantages, redraw.flat_groups(returns, group)
 
 
-def turn_rows(episodes, advantages: list[float]) -> list[dict]:
+def turn_rows(episodes, advantages: list[float], dropped: dict[str, int] | None = None) -> list[dict]:
     """Every assistant turn of the episodes with a finite advantage, as one row: which episode it is of, its context
-    as the model took it (`prompt`: `token_types.Tokenized`), the reply's ids and sampled log-probs, the advantage."""
+    as the model took it (`prompt`: `token_types.Tokenized`), the reply's ids and sampled log-probs, the advantage.
+    The turns left out are counted in `dropped` by why: `failed_episode` (its episode failed, so it has no return
+    and no advantage), `empty_reply` (a reply of no tokens, nothing to score).
+
+    >>> from types import SimpleNamespace
+    >>> episode = SimpleNamespace(reply_ids=[[1], [], [2]], reply_logps=[], contexts=[None] * 3)
+    >>> dropped = {}
+    >>> len(turn_rows([episode, episode], [0.5, float("nan")], dropped)), dropped
+    (2, {'empty_reply': 1, 'failed_episode': 3})
+    """
     rows = []
+    dropped = {} if dropped is None else dropped
     for e, (episode, advantage) in enumerate(zip(episodes, advantages)):
         if not math.isfinite(advantage):
+            dropped["failed_episode"] = dropped.get("failed_episode", 0) + len(episode.reply_ids)
             continue
         for t, ids in enumerate(episode.reply_ids):
             if not ids:
+                dropped["empty_reply"] = dropped.get("empty_reply", 0) + 1
                 continue
             logps = episode.reply_logps[t] if t < len(episode.reply_logps) else None
             rows.append({"episode": e, "prompt": episode.contexts[t], "reply_ids": list(ids), "logps": logps,
@@ -163,9 +178,9 @@ def pass_weight(loss_type: str, rows: int, tokens: int, micro_rows: int, micro_t
 
 
 class EpisodeRollouts:
-    """Mixed into vlrl's GRPOTrainer (`trainer_class`): rollouts are whole episodes, each turn a row of the batch.
-    `vlrl.training.train.build_trainer` sets the environment, the play settings, the episodes played at once and the pass
-    budget."""
+    """Mixed into vlrl's trainer (`vlrl.training.trl_bridge.trainer_class`, inside `RolloutMismatch`): rollouts are
+    whole episodes, each turn a row of the batch. `vlrl.training.train.build_trainer` gives it the environment, the
+    play settings, the episodes played at once and the pass budget."""
 
     make_env = None  # a callable returning a fresh environment
     play_settings = None  # `vlrl.episodes.context.Settings`
@@ -177,13 +192,20 @@ class EpisodeRollouts:
     _merged = None  # the pass being scored: its segments' forward (`vlrl.episodes.scoring.merged_inputs`)
     dynamic_sampling = 0  # more draws a step for groups whose returns are all equal (`vlrl.training.dynamic_sampling`)
 
-    def _prepare_inputs(self, generation_batch):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.aux_loss_enabled:
+            raise ConfigError("an episode run scores its turns through the language model's backbone "
+                              "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary "
+                              "loss; set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
+
+    def step_inputs(self, generation_batch):
         if not self.model.training:
             raise ConfigError("an episode run's trainer has no evaluation loop: its evals are `vlrl.run_episodes`'.")
         generate_every = self.args.steps_per_generation * self.num_iterations
-        if self._step % generate_every == 0 or self._buffered_inputs is None:
-            self._buffered_inputs = self._play_and_batch(generation_batch)
-        return self._buffered_inputs[self._step % self.args.steps_per_generation]
+        if self.micro_step % generate_every == 0 or self.buffered_batches is None:
+            self.buffered_batches = self._play_and_batch(generation_batch)
+        return self.buffered_batches[self.micro_step % self.args.steps_per_generation]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """The micro-batch's loss, pass by pass: every pass but the last is backpropagated here, without a sync of
@@ -194,14 +216,14 @@ class EpisodeRollouts:
             for chunk, weight in inputs["passes"][:-1]:
                 with self.accelerator.no_sync(model):
                     loss = super().compute_loss(model, chunk) * weight
-                    self._backward(loss, num_items_in_batch)
+                    self._pass_backward(loss, num_items_in_batch)
                 earlier += loss.detach()
         finally:
             self._more_passes = False
         chunk, weight = inputs["passes"][-1]
         return super().compute_loss(model, chunk) * weight + earlier
 
-    def _backward(self, loss, num_items_in_batch) -> None:
+    def _pass_backward(self, loss, num_items_in_batch) -> None:
         """The trainer's own backward step for a loss (`transformers.Trainer.training_step`'s scaling)."""
         if (not self.model_accepts_loss_kwargs or num_items_in_batch is None) and self.compute_loss_func is None:
             loss = loss / self.current_gradient_accumulation_steps
@@ -209,21 +231,19 @@ class EpisodeRollouts:
 
     # --- scoring: one forward per segment -----------------------------------------------------------------------------
 
-    def _compute_loss(self, model, inputs):
+    def policy_loss(self, model, inputs):
         self._merged = inputs.get("merged")
         try:
-            return super()._compute_loss(model, inputs)
+            return super().policy_loss(model, inputs)
         finally:
             self._merged = None
 
-    def _full_logits_logps(self, model, *args, compute_entropy=False, **kwargs):
+    def token_logps(self, model, *args, **kwargs):
         """TRL's forward over prompt + completion rows, replaced while a pass is scored: its segments' forward gives
         the same log-probs in the same layout (the rows' prompts are placeholders then)."""
         if self._merged is None:
-            return super()._full_logits_logps(model, *args, compute_entropy=compute_entropy, **kwargs)
-        return (*self._merged_logps(model, compute_entropy), None)
-
-    _chunked_logps = _full_logits_logps  # TRL's other scoring path (`use_liger_kernel`): the same replacement
+            return super().token_logps(model, *args, **kwargs)
+        return (*self._merged_logps(model, kwargs.get("compute_entropy", False)), None)
 
     def _merged_logps(self, model, compute_entropy: bool):
         merged = self._merged
@@ -231,13 +251,11 @@ class EpisodeRollouts:
         def score(module):
             return scoring.reply_logps(module, merged, merged["reply_mask"], temperature=self.temperature,
                                        suppressed=self.suppressed_token_ids, autocast=self.accelerator.autocast,
-                                       compute_entropy=compute_entropy)
+                                       compute_entropy=compute_entropy, chunked=self.chunked_logps)
 
         unwrapped = self.accelerator.unwrap_model(model)
         if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward (DDP's hooks, FSDP's
-            from trl.models.utils import _ForwardRedirection  # gathers), as TRL's own chunked path does
-
-            return _ForwardRedirection()(model, unwrapped, score, unwrapped)
+            return self.through_wrapper(model, unwrapped, score, unwrapped)  # gathers), as TRL's own chunked path
         return score(unwrapped)
 
     # --- one rollout ------------------------------------------------------------------------------------------------
@@ -246,25 +264,36 @@ class EpisodeRollouts:
         self._played_tokens = 0
         episodes = self._play([int(row["seed"]) for row in generation_batch])
         returns, mine, flat = self._advantages(episodes)
-        self._log_rollout(episodes, returns, flat)
-        if self.dynamic_sampling:
-            episodes, mine = self._redraw(episodes, mine, flat)
-        played = torch.tensor([float(self._played_tokens)], device=self.accelerator.device)
-        self._metrics["train"]["episodes/generated_tokens"].append(self.accelerator.reduce(played, "sum").item())
-        rows = turn_rows(episodes, mine)
+        self._log_rollout(episodes, returns, flat)  # the step's samples: its first draw (`vlrl.training.dynamic_sampling`)
         if self.degeneration_monitor is not None:
             self.degeneration_monitor.observe([r.get("reply", "") for e in episodes for r in e.turns],
                                               [ids for e in episodes for ids in e.reply_ids])
+        if self.dynamic_sampling:
+            episodes, mine = self._redraw(episodes, mine, flat)
+        played = torch.tensor([float(self._played_tokens)], device=self.accelerator.device)
+        self.log_metric("episodes/generated_tokens", self.accelerator.reduce(played, "sum").item())
+        dropped = {}
+        rows = turn_rows(episodes, mine, dropped)
+        self._log_turns(rows, dropped)
         return self._micro_batches(rows)
 
-    def _play(self, seeds: list[int]) -> list:
-        from trl.models import unwrap_model_for_generation
+    def _log_turns(self, rows: list[dict], dropped: dict[str, int]) -> None:
+        """What the step trains on, summed over processes: its turns, those left out by why (`turn_rows`), and those
+        in the batch but masked because their reply was cut at the token budget (`mask_truncated_completions`)."""
+        ends = {*self.eos_token_ids, self.processing_class.tokenizer.pad_token_id}
+        truncated = sum(r["reply_ids"][-1] not in ends for r in rows) if self.mask_truncated_completions else 0
+        counts = torch.tensor([len(rows), dropped.get("failed_episode", 0), dropped.get("empty_reply", 0), truncated],
+                              dtype=torch.float64, device=self.accelerator.device)
+        trained, failed, empty, masked_cut = self.accelerator.reduce(counts, reduction="sum").tolist()
+        self.log_metric("episodes/turns_trained", trained)
+        self.log_metric("episodes/turns_dropped/failed_episode", failed)
+        self.log_metric("episodes/turns_dropped/empty_reply", empty)
+        self.log_metric("episodes/turns_masked/truncated", masked_cut)
 
+    def _play(self, seeds: list[int]) -> list:
         settings = replace(self.play_settings, record_logps=True)
         started = time.perf_counter()
-        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
-              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+        with self.policy_for_generation() as policy:
             episodes = play(policy, self.processing_class, self.make_env, seeds, settings,
                             batch_size=self.episodes_at_once, decoding=self.rollout_decoding)
         self._rollout_seconds += time.perf_counter() - started  # the step's `rollout_time` (`vlrl.training.mismatch`)
@@ -281,28 +310,28 @@ class EpisodeRollouts:
         return returns, advantages[start:start + len(episodes)].tolist(), flat
 
     def _redraw(self, episodes: list, mine: list[float], flat: torch.Tensor) -> tuple[list, list[float]]:
-        """Dynamic sampling (`vlrl.training.dynamic_sampling`): each flat group of this process's episodes replaced by a group
-        of fresh training seeds whose returns differ, up to `dynamic_sampling` more draws."""
+        """Dynamic sampling (`vlrl.training.dynamic_sampling.redraw_groups`, the loop single-turn runs use): each flat
+        group of this process's episodes replaced by a group of fresh training seeds whose returns differ, up to
+        `dynamic_sampling` more draws."""
         group, rank = self.num_generations, self.accelerator.process_index
         groups = len(episodes) // group
         local_flat = flat[rank * groups:(rank + 1) * groups].tolist()
         pool = self.train_dataset["seed"]
-        extra = 0
-        for attempt in range(1, self.dynamic_sampling + 1):
-            most = redraw.most_flat(self.accelerator, local_flat)
-            if not most:
-                break
-            chosen = [pool[i] for i in redraw.draw(most, len(pool), self.args.seed, self.state.global_step, attempt,
+
+        def draw_groups(attempt: int, count: int) -> tuple[tuple[list, list[float]], list[bool]]:
+            chosen = [pool[i] for i in redraw.draw(count, len(pool), self.args.seed, self.state.global_step, attempt,
                                                    rank)]
             fresh = self._play([seed for seed in chosen for _ in range(group)])
-            extra += most  # every group drawn costs its episodes, whether or not it replaces a flat one
             _, fresh_mine, fresh_flat = self._advantages(fresh)
-            for old, new in redraw.replacements(local_flat, fresh_flat[rank * most:(rank + 1) * most].tolist()).items():
-                episodes[old * group:(old + 1) * group] = fresh[new * group:(new + 1) * group]
-                mine[old * group:(old + 1) * group] = fresh_mine[new * group:(new + 1) * group]
-                local_flat[old] = False
+            return (fresh, fresh_mine), fresh_flat[rank * count:(rank + 1) * count].tolist()
+
+        def take(old: int, fresh: tuple[list, list[float]], new: int) -> None:
+            episodes[old * group:(old + 1) * group] = fresh[0][new * group:(new + 1) * group]
+            mine[old * group:(old + 1) * group] = fresh[1][new * group:(new + 1) * group]
+
+        extra = redraw.redraw_groups(self.accelerator, local_flat, self.dynamic_sampling, draw_groups, take)
         for key, value in redraw.outcome(self.accelerator, extra, local_flat).items():
-            self._metrics["train"][key].append(value)
+            self.log_metric(key, value)
         return episodes, mine
 
     def _log_rollout(self, episodes, returns: torch.Tensor, flat: torch.Tensor) -> None:
@@ -316,7 +345,7 @@ class EpisodeRollouts:
                               dtype=torch.float64, device=self.accelerator.device)
         n, success, turns, invalid, truncated, failed, dropped, tokens, replies, clipped = \
             self.accelerator.reduce(counts, reduction="sum").tolist()
-        metrics = self._metrics["train"]
+        metrics = self.train_metrics
         kept = returns[~torch.isnan(returns)]
         metrics["reward"].append(kept.mean().item() if kept.numel() else 0.0)
         metrics["reward_std"].append(kept.std().item() if kept.numel() > 1 else 0.0)
@@ -361,7 +390,7 @@ class EpisodeRollouts:
         return batches
 
     def _pass_inputs(self, chosen: list[list[dict]], num_items) -> dict:
-        """One pass's turns in the form TRL's loss reads (`GRPOTrainer._generate_and_score_completions`' output):
+        """One pass's turns in the form TRL's loss reads (`generate_and_score`'s output):
         replies right-padded, advantages, sampled log-probs, one placeholder token as each row's prompt, and under
         "merged" the forward of its segments that scores them (`vlrl.episodes.scoring`). No segments (every episode
         of this process failed): one masked row of a single pad token, scored by TRL's own forward, which trains
@@ -399,7 +428,7 @@ class EpisodeRollouts:
         return out
 
     def _old_logps(self, inputs: dict) -> torch.Tensor:
-        from trl.trainer.utils import disable_gradient_checkpointing
+        from trl.models.utils import disable_gradient_checkpointing  # (trl.trainer.utils never had it)
 
         self._merged = inputs["merged"]
         try:
@@ -407,11 +436,6 @@ class EpisodeRollouts:
                 return self._merged_logps(self.model, False)[0]
         finally:
             self._merged = None
-
-
-def trainer_class(base: type) -> type:
-    """`base` (vlrl's GRPOTrainer class, `vlrl.training.mismatch.trainer_class`) with episode rollouts."""
-    return type(f"Episode{base.__name__}", (EpisodeRollouts, base), {"__module__": __name__})
 
 
 def checkpoint_activations(policy) -> None:

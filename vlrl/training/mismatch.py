@@ -4,7 +4,7 @@ one the loss trains with, measured every optimizer step and, when asked, correct
 vlrl decodes through another code path than its training forward (compiled static-cache decoding in bf16 on 4-bit
 weights, against an eager forward with gradient checkpointing), while GSPO's on-policy ratio assumes both give the
 same distribution. RLinf saw a Qwen3-VL GRPO run's reward collapse without truncated importance sampling (TIS), and
-TRL corrects only vLLM rollouts. So on the transformers backend vlrl trains with `trainer_class(GRPOTrainer)`, which
+TRL corrects only vLLM rollouts. So on the transformers backend vlrl's trainer has `RolloutMismatch` mixed in, which
 
 - decodes its rollouts through the decoding engine (`vlrl.engine`), which records each sampled token's
   log-probability under the distribution it was drawn from (the vision placeholders masked, the temperature and the
@@ -24,7 +24,6 @@ TRL corrects only vLLM rollouts. So on the transformers backend vlrl trains with
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 
 import torch
@@ -126,9 +125,10 @@ def mismatch_metrics(sums: torch.Tensor, extremes: torch.Tensor) -> dict[str, fl
 
 
 class RolloutMismatch:
-    """Mixed into TRL's GRPOTrainer (`trainer_class`): generation returns each sampled token's log-prob, the loss
-    measures the mismatch and applies `importance_sampling_correction` ("off", "token" or "sequence") truncated at
-    `importance_sampling_cap`. With vLLM generation it stands aside: TRL records and corrects those rollouts itself.
+    """Mixed into vlrl's trainer (`vlrl.training.trl_bridge.trainer_class`): generation returns each sampled token's
+    log-prob, the loss measures the mismatch and applies `importance_sampling_correction` ("off", "token" or
+    "sequence") truncated at `importance_sampling_cap`. With vLLM generation it stands aside: TRL records and corrects
+    those rollouts itself.
 
     Where the training log-probs come from: TRL computes them at the rollout's weights (`old_per_token_logps`) only
     when a rollout spans optimizer steps; otherwise the loss's own forward runs at those weights, and its detached
@@ -156,12 +156,12 @@ class RolloutMismatch:
         """TRL's step, and at each optimizer step's end `rollout_time`: the seconds of that step spent generating
         (decoding rollouts, or playing episodes), beside TRL's `step_time`."""
         output = super().training_step(model, inputs, num_items_in_batch)
-        if self._step % self.current_gradient_accumulation_steps == 0:  # TRL's rule for its step_time
-            self._metrics["train"]["rollout_time"].append(self._rollout_seconds)
+        if self.micro_step % self.current_gradient_accumulation_steps == 0:  # TRL's rule for its step_time
+            self.log_metric("rollout_time", self._rollout_seconds)
             self._rollout_seconds = 0.0
         return output
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def generate_rollouts(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         started = time.perf_counter()
         try:
             return self._generate_timed(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -171,32 +171,25 @@ class RolloutMismatch:
     def _generate_timed(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
         if (self.use_vllm or self.use_transformers_continuous_batching or has_tool_images
                 or self.rollout_decoding is None):  # TRL's own paths; None: not built by `vlrl.training.train.build_trainer`
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
-                                                 has_tool_images)
-        from transformers import Trainer
-        from trl.models import unwrap_model_for_generation
-
-        # onto the device, as TRL does (the Trainer's own method: GRPOTrainer's buffers whole generation batches)
-        inputs = Trainer._prepare_inputs(self, rollout_inputs(prompt_ids, multimodal_fields,
-                                                              self.rollout_decoding.pad_id))
-        with (unwrap_model_for_generation(self.model_wrapped, self.accelerator,
-                                          gather_deepspeed3_params=self.args.ds3_gather_for_generation) as policy,
-              self._dist.summon_full_params(self.model_wrapped, recurse=False)):
+            return super().generate_rollouts(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        # onto the device, as TRL does (the Trainer's own preparation: GRPOTrainer's buffers whole generation batches)
+        inputs = self.to_device(rollout_inputs(prompt_ids, multimodal_fields, self.rollout_decoding.pad_id))
+        with self.policy_for_generation() as policy:
             out = engine.decode(policy, inputs, self.rollout_decoding)
         return out.tokens, out.logps
 
-    def _compute_loss(self, model, inputs):
+    def policy_loss(self, model, inputs):
         if self.use_vllm or "sampling_per_token_logps" not in inputs:
-            return super()._compute_loss(model, inputs)
+            return super().policy_loss(model, inputs)
         self._loss_inputs = dict(inputs)  # a copy: TRL hands the same buffered batch again when num_iterations > 1
         try:
-            return super()._compute_loss(model, self._loss_inputs)
+            return super().policy_loss(model, self._loss_inputs)
         finally:
             self._loss_inputs = None
 
-    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+    def token_logps(self, model, *args, **kwargs):
         with masked(self.accelerator.unwrap_model(model), self.suppressed_token_ids):
-            result = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            result = super().token_logps(model, *args, **kwargs)
         inputs, self._loss_inputs = self._loss_inputs, None
         if inputs is not None:  # the loss's own forward, at the current weights
             self._correct(inputs, result[0].detach())
@@ -224,7 +217,7 @@ class RolloutMismatch:
             sums = self.accelerator.reduce(totals[0], reduction="sum")
             extremes = self.accelerator.gather(totals[1]).view(-1, totals[1].numel()).amax(dim=0)
             for name, value in mismatch_metrics(sums, extremes).items():
-                self._metrics["train"][name].append(value)
+                self.log_metric(name, value)
             self._totals = None
 
 
@@ -261,10 +254,3 @@ def masked(model, ids):
         yield
     finally:
         handle.remove()
-
-
-@functools.cache
-def trainer_class(base: type) -> type:
-    """`base` (TRL's GRPOTrainer) with `RolloutMismatch` mixed in: what vlrl trains with on the transformers
-    backend. Unsloth's patched trainer computes its own loss and is used as it is."""
-    return type(f"RolloutChecked{base.__name__}", (RolloutMismatch, base), {"__module__": __name__})

@@ -72,7 +72,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
     arguments, metrics appended to the run's train_log.jsonl, and on the transformers backend fast rollouts and the
     rollout/training mismatch measured every step and corrected as `[training] importance_sampling_correction` says
-    (`vlrl.training.mismatch`)."""
+    (`vlrl.training.mismatch`): TRL's trainer with vlrl's mixins, through `vlrl.training.trl_bridge`."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
     run, t = RunDir.of(run), config.training
@@ -80,55 +80,57 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
     step_line = StepLine(log=log)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
-    trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
-    if transformers_backend and not config.env.name:
-        trainer_class = dynamic_sampling.trainer_class(trainer_class)
     if config.env.name:  # episodes for rollouts (`vlrl.training.episode_trainer`): the reward is each episode's return
         reward_funcs = [episode_trainer.episode_return]
-        trainer_class = episode_trainer.trainer_class(trainer_class)
     else:
         chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward: format, correctness
         # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
         reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), step_line.watch(chosen[1]), *chosen[2:]],
                                               processor, t.thinking_budget)
-    trainer = trainer_class(model=model, reward_funcs=reward_funcs, args=args, train_dataset=train_dataset,
-                            processing_class=processor,
-                            callbacks=[monitor, step_line, JsonlLogger(run.train_log), *callbacks])
+    given = {"model": model, "reward_funcs": reward_funcs, "args": args, "train_dataset": train_dataset,
+             "processing_class": processor, "callbacks": [monitor, step_line, JsonlLogger(run.train_log), *callbacks]}
     if transformers_backend:
-        trainer.importance_sampling_correction = t.importance_sampling_correction
-        trainer.importance_sampling_cap = t.importance_sampling_cap
+        from vlrl.training import trl_bridge  # checks the TRL installed for what vlrl's mixins hook
+
+        settings = {"importance_sampling_correction": t.importance_sampling_correction,
+                    "importance_sampling_cap": t.importance_sampling_cap, "dynamic_sampling": t.dynamic_sampling}
+        if config.env.name:
+            mixins = (mismatch.RolloutMismatch, episode_trainer.EpisodeRollouts)
+            settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor)
+        else:
+            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws)
+            settings.update(watchers=(monitor, step_line), rollout_decoding=rollout_decoding(
+                config, model, processor, train_dataset, args, fast_generation))
+        trainer = trl_bridge.trainer_class(GRPOTrainer, mixins)(**given, settings=settings)
     else:
+        refused = [f"{name} = {value!r}" for name, value in (("[env] name", config.env.name),
+                                                            ("[training] dynamic_sampling", t.dynamic_sampling))
+                   if value]
+        if refused:  # `vlrl validate` says so before loading; a trainer built directly is refused too
+            raise ConfigError(f"{', '.join(refused)} needs the transformers backend: Unsloth's patched trainer replaces "
+                              "the rollout and the loss vlrl hooks. Set [model] backend = \"transformers\".")
         log("rollout/training mismatch: not measured on the Unsloth backend, which computes its own loss")
-    trainer.degeneration_monitor = monitor
-    trainer.dynamic_sampling = t.dynamic_sampling
+        # TRL's generate on Unsloth's patched model, through GRPOConfig's generation_kwargs: the placeholders
+        # suppressed there (the thinking budget is refused)
+        args.generation_kwargs = {**(args.generation_kwargs or {}),
+                                  "suppress_tokens": vision_tokens.vision_token_ids(processor)}
+        trainer = GRPOTrainer(**given)
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
     quiet_progress(trainer)
     _point_trackers(trainer, run, log)
-    if config.env.name:
-        _play_episodes(trainer, config, model, processor, args, log)
-    elif transformers_backend:
-        trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
-    else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
-        trainer.generation_config.suppress_tokens = vision_tokens.vision_token_ids(processor)
-        trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
 
 
-def _play_episodes(trainer, config: RunConfig, model, processor, args, log) -> None:
+def _episode_settings(config: RunConfig, model, processor, args, log) -> dict:
     """An episode run's rollouts: its environment, how episodes are played and decoded (their tokens' log-probs
     recorded for the mismatch metric), how many at once, and the token budget of a training forward pass."""
-    if trainer.aux_loss_enabled:
-        raise ConfigError("an episode run scores its turns through the language model's backbone "
-                          "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary loss; "
-                          "set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
-    trainer.make_env = episode_rollout.environment_for(config)
-    trainer.play_settings = replace(episode_rollout.settings_for(config, "train"), record_logps=True)
-    trainer.episodes_at_once = config.training.generation_batch_size
-    trainer.pass_tokens = config.model.max_seq_length
-    trainer.episode_log = log
-    trainer.rollout_decoding = episode_rollout.decoding_for(model, processor, trainer.play_settings)  # play's one
+    play_settings = replace(episode_rollout.settings_for(config, "train"), record_logps=True)
+    return {"make_env": episode_rollout.environment_for(config), "play_settings": play_settings,
+            "episodes_at_once": config.training.generation_batch_size, "pass_tokens": config.model.max_seq_length,
+            "episode_log": log,
+            "rollout_decoding": episode_rollout.decoding_for(model, processor, play_settings)}  # play's one
 
 
 # GRPOConfig's sampling filters at the values that leave the distribution whole (TRL's defaults)
