@@ -63,6 +63,9 @@ def test_gspo_steps_move_lora_and_log_every_step(tiny_dir, tmp_path):
     assert (resolved["loss_type"], resolved["scale_rewards"], resolved["beta"]) == ("dr_grpo", "none", 0.0)
     assert resolved["vlrl"]["backend"] == "transformers"
     assert resolved["vlrl"]["trainer_class"].endswith("GRPOTrainer")
+    from vlrl.config.recipe import machine_choices
+
+    assert resolved["vlrl"]["machine"] == machine_choices()  # the optimizer and precision taken, and why (CPU here)
     assert cfg.load(tmp_path / "config.toml") == config
 
 

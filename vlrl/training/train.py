@@ -25,7 +25,7 @@ from pathlib import Path
 from vlrl import engine
 from vlrl.base import distributed
 from vlrl.base.errors import ConfigError
-from vlrl.config.recipe import gspo_config
+from vlrl.config.recipe import gspo_config, machine_choices
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.episodes import rollout as episode_rollout
@@ -211,7 +211,8 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
     distributed.on_main(_write_resolved_args, trainer, run.grpo_config, backend=backend, recipe=t.recipe,
                         importance_sampling_correction=t.importance_sampling_correction,
                         importance_sampling_cap=t.importance_sampling_cap, processes=distributed.world_size(),
-                        rollouts="episodes" if config.env.name else "completions")
+                        rollouts="episodes" if config.env.name else "completions",
+                        machine=machine_choices(t.optim))  # the optimizer and precision taken, and why
     log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {t.recipe}; resolved settings "
         f"in {run.grpo_config}")
     trainer.train(resume_from_checkpoint=str(last) if last else None)

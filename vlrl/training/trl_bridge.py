@@ -20,10 +20,8 @@ TRL's own through `super()`:
 | `policy_loss` | `_compute_loss` | the rollout/training mismatch and its correction; an episode pass's forward |
 | `token_logps` | `_get_per_token_logps_and_entropies` | placeholders masked; an episode segment's one forward |
 
-TRL has public forms for some of these jobs (`rollout_func`, `compute_loss_func`, reward functions' `log_metric`);
-each was weighed (docs/design.md says why it does not fit). What TRL offers publicly is used: `GRPOConfig` fields
-(`generation_kwargs` for the Unsloth backend's suppressed tokens), reward functions (the degeneration monitor and the
-accuracy count), callbacks, and the public helpers of `trl.trainer.utils` and `trl.models` (checked here as well).
+TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md says why they do
+not fit); `GRPOConfig` fields, reward functions, callbacks and TRL's public helpers are used where they do.
 """
 
 from __future__ import annotations
