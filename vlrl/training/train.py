@@ -7,9 +7,9 @@ with the same recipe, services and files.
 grpo_config.json, saves a checkpoint (adapter, optimizer, scheduler and RNG state) every `save_steps`, and resumes
 from the last one, so a run killed mid-way and resumed ends where an uninterrupted one does. The degeneration monitor
 logs each step's share of `addCriterion`/newline-spam and clipped completions, and can stop the run
-(`[training] stop_on_degeneration`). On the transformers backend every step also logs the mismatch between the log-probs
-generation sampled with and the ones the loss trains with, and `[training] importance_sampling_correction` corrects
-the loss for it (`vlrl.training.mismatch`).
+(`[training] stop_on_degeneration`). Every step also logs the mismatch between the log-probs generation sampled with
+and the ones the loss trains with (`vlrl.training.mismatch`; on Unsloth `vlrl.training.unsloth_rollouts`), and on the
+transformers backend `[training] importance_sampling_correction` corrects the loss for it.
 
     vlrl train --config run.toml --run-dir runs/mine            # load, train, save the adapter (vlrl.run)
     vlrl train --run-dir runs/mine --resume                     # continue from the last checkpoint
@@ -32,7 +32,7 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import prompts
 from vlrl.model.loading import backend_of
-from vlrl.training import dynamic_sampling, episode_trainer, mismatch
+from vlrl.training import dynamic_sampling, episode_trainer, mismatch, unsloth_rollouts
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 
 
@@ -70,9 +70,9 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,
                   fast_generation: bool | None = None, callbacks=(), log=print):
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
-    arguments, metrics appended to the run's train_log.jsonl, and on the transformers backend fast rollouts and the
-    rollout/training mismatch measured every step and corrected as `[training] importance_sampling_correction` says
-    (`vlrl.training.mismatch`)."""
+    arguments, metrics appended to the run's train_log.jsonl, the engine's rollouts and the rollout/training mismatch
+    measured every step (`vlrl.training.mismatch`; over Unsloth's trainer and loss `vlrl.training.unsloth_rollouts`),
+    on the transformers backend corrected as `[training] importance_sampling_correction` says."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
     run, t = RunDir.of(run), config.training
@@ -80,7 +80,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
     step_line = StepLine(log=log)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
-    trainer_class = mismatch.trainer_class(GRPOTrainer) if transformers_backend else GRPOTrainer
+    # Unsloth's trainer keeps its own loss; vlrl decodes the rollouts and measures the mismatch beside it
+    trainer_class = (mismatch.trainer_class if transformers_backend else unsloth_rollouts.trainer_class)(GRPOTrainer)
     if transformers_backend and not config.env.name:
         trainer_class = dynamic_sampling.trainer_class(trainer_class)
     if config.env.name:  # episodes for rollouts (`vlrl.training.episode_trainer`): the reward is each episode's return
@@ -96,9 +97,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
                             callbacks=[monitor, step_line, JsonlLogger(run.train_log), *callbacks])
     if transformers_backend:
         trainer.importance_sampling_correction = t.importance_sampling_correction
-        trainer.importance_sampling_cap = t.importance_sampling_cap
-    else:
-        log("rollout/training mismatch: not measured on the Unsloth backend, which computes its own loss")
+    trainer.importance_sampling_cap = t.importance_sampling_cap
     trainer.degeneration_monitor = monitor
     trainer.dynamic_sampling = t.dynamic_sampling
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
@@ -108,11 +107,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     _point_trackers(trainer, run, log)
     if config.env.name:
         _play_episodes(trainer, config, model, processor, args, log)
-    elif transformers_backend:
+    else:  # the engine's rollouts, the placeholders never sampled (`vlrl.training.unsloth_rollouts` says why)
         trainer.rollout_decoding = rollout_decoding(config, model, processor, train_dataset, args, fast_generation)
-    else:  # TRL's generate on Unsloth's patched model: the placeholders suppressed there (the budget is refused)
-        trainer.generation_config.suppress_tokens = prompts.vision_token_ids(processor)
-        trainer.generation_kwargs["suppress_tokens"] = trainer.generation_config.suppress_tokens
     return trainer
 
 
