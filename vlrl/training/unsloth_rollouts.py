@@ -9,7 +9,9 @@ intercept there. On the Unsloth backend the trainer instead
 - scores each micro-batch once more, without gradient, through Unsloth's own scorer (its patched
   `_get_per_token_logps_and_entropies`, the one its loss uses for old and reference log-probs) at the weights the
   rollout was drawn with, and logs `sampling/rollout_train_kl` and the other `mismatch.METRICS` from it. The extra
-  forward costs time; the loss itself is Unsloth's, untouched.
+  forward costs time; the loss itself is Unsloth's, untouched. Unsloth's scorer applies the output head itself, so the
+  placeholders' probability mass, which rollouts never sample, counts in the measured mismatch as it does in the loss
+  Unsloth trains with (on the transformers backend the loss masks them: `mismatch.masked`).
 
 Why the placeholders must never be sampled here: Unsloth rebuilds `mm_token_type_ids` from the token ids of prompt +
 completion (`_unsloth_fix_mm_token_type_ids`), so a `<|video_pad|>` in a completion becomes a video span without a
