@@ -1,7 +1,7 @@
 """`load_model()`: a vision-language checkpoint + processor, LoRA-wrapped on the language model, vision frozen.
 
 Backends: transformers + PEFT (+ bitsandbytes 4-bit and vlrl's compiled static-cache rollouts on CUDA) by default,
-the fastest path measured on the GPU (bench/results/gpu.md); Unsloth's `FastVisionModel` when asked for with
+the fastest path measured on the GPU (bench/results/unsloth.md); Unsloth's `FastVisionModel` when asked for with
 `backend="unsloth"` (`choose_backend` says which and why). Unsloth is imported before transformers and TRL are used
 (`activate_backend`), as it requires. Where each family keeps its
 vision tower, projector and language model is a small table (`FAMILIES`); an unknown family or a path that does not
@@ -133,12 +133,11 @@ def lora_target_regex(model, *, train_projector: bool = False, finetune_vision_l
 def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_installed: bool | None = None) -> str:
     """The backend a run uses: "unsloth" or "transformers".
 
-    "auto" picks transformers (+ PEFT, bitsandbytes 4-bit and vlrl's compiled static-cache rollouts on CUDA): it was
-    the fastest path that ran in bench/results/gpu.md (Qwen3-VL-8B shape, 4-bit: 303 completion tokens/s against
-    108 for TRL's eager default), while Unsloth 2026.10.9 could not GSPO-train a 4-bit Qwen3-VL at all (its loss
-    forward drops `image_grid_thw`). Unsloth stays one setting away (`backend = "unsloth"`; its 16-bit LoRA path
-    trains). A named backend is used as given, or refused with the reason when it cannot run. `cuda` and
-    `unsloth_installed` default to what this machine has.
+    "auto" picks transformers (+ PEFT, bitsandbytes 4-bit and vlrl's compiled rollouts on CUDA), the fastest path
+    measured (bench/results/unsloth.md, Qwen3-VL-8B shape in 4-bit at 256 tokens: Unsloth's own configuration 145.7
+    completion tokens/s, vlrl on Unsloth 58.5; this path 806 in bench/results/engine.md). Unsloth stays one setting
+    away (`backend = "unsloth"`). A named backend is used as given, or refused with the reason when it cannot run.
+    `cuda` and `unsloth_installed` default to what this machine has.
 
     >>> choose_backend("auto", cuda=True, unsloth_installed=True), choose_backend("auto", cuda=False)
     ('transformers', 'transformers')

@@ -7,9 +7,9 @@ with the same recipe, services and files.
 grpo_config.json, saves a checkpoint (adapter, optimizer, scheduler and RNG state) every `save_steps`, and resumes
 from the last one, so a run killed mid-way and resumed ends where an uninterrupted one does. The degeneration monitor
 logs each step's share of `addCriterion`/newline-spam and clipped completions, and can stop the run
-(`[training] stop_on_degeneration`). On the transformers backend every step also logs the mismatch between the log-probs
-generation sampled with and the ones the loss trains with, and `[training] importance_sampling_correction` corrects
-the loss for it (`vlrl.training.mismatch`).
+(`[training] stop_on_degeneration`). Every step also logs the mismatch between the log-probs generation sampled with
+and the ones the loss trains with (`vlrl.training.mismatch`; on Unsloth `vlrl.training.unsloth_rollouts`), and on the
+transformers backend `[training] importance_sampling_correction` corrects the loss for it.
 
     vlrl train --config run.toml --run-dir runs/mine            # load, train, save the adapter (vlrl.run)
     vlrl train --run-dir runs/mine --resume                     # continue from the last checkpoint
@@ -30,7 +30,7 @@ from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
-from vlrl.model import lengths, vision_tokens
+from vlrl.model import lengths
 from vlrl.model.loading import backend_of
 from vlrl.training import dynamic_sampling, episode_trainer, mismatch
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
@@ -70,9 +70,10 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
 def build_trainer(config: RunConfig, model, processor, train_dataset, run: str | Path | RunDir, *,
                   fast_generation: bool | None = None, callbacks=(), log=print):
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
-    arguments, metrics appended to the run's train_log.jsonl, and on the transformers backend fast rollouts and the
-    rollout/training mismatch measured every step and corrected as `[training] importance_sampling_correction` says
-    (`vlrl.training.mismatch`): TRL's trainer with vlrl's mixins, through `vlrl.training.trl_bridge`."""
+    arguments, metrics appended to the run's train_log.jsonl, the engine's rollouts and the rollout/training mismatch
+    measured every step (`vlrl.training.mismatch`; over Unsloth's trainer and loss `vlrl.training.unsloth_rollouts`),
+    on the transformers backend corrected as `[training] importance_sampling_correction` says: TRL's trainer with
+    vlrl's mixins, through `vlrl.training.trl_bridge`."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
     run, t = RunDir.of(run), config.training
@@ -89,9 +90,9 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
                                               processor, t.thinking_budget)
     given = {"model": model, "reward_funcs": reward_funcs, "args": args, "train_dataset": train_dataset,
              "processing_class": processor, "callbacks": [monitor, step_line, JsonlLogger(run.train_log), *callbacks]}
-    if transformers_backend:
-        from vlrl.training import trl_bridge  # checks the TRL installed for what vlrl's mixins hook
+    from vlrl.training import trl_bridge  # checks the TRL installed for what vlrl's mixins hook
 
+    if transformers_backend:
         settings = {"importance_sampling_correction": t.importance_sampling_correction,
                     "importance_sampling_cap": t.importance_sampling_cap, "dynamic_sampling": t.dynamic_sampling}
         if config.env.name:
@@ -109,12 +110,14 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
         if refused:  # `vlrl validate` says so before loading; a trainer built directly is refused too
             raise ConfigError(f"{', '.join(refused)} needs the transformers backend: Unsloth's patched trainer replaces "
                               "the rollout and the loss vlrl hooks. Set [model] backend = \"transformers\".")
-        log("rollout/training mismatch: not measured on the Unsloth backend, which computes its own loss")
-        # TRL's generate on Unsloth's patched model, through GRPOConfig's generation_kwargs: the placeholders
-        # suppressed there (the thinking budget is refused)
-        args.generation_kwargs = {**(args.generation_kwargs or {}),
-                                  "suppress_tokens": vision_tokens.vision_token_ids(processor)}
-        trainer = GRPOTrainer(**given)
+        from vlrl.training import unsloth_rollouts
+
+        # Unsloth's trainer keeps its own loss; vlrl decodes the rollouts (the placeholders never sampled:
+        # `vlrl.training.unsloth_rollouts` says why) and measures the mismatch beside the loss
+        settings = {"importance_sampling_cap": t.importance_sampling_cap, "rollout_decoding": rollout_decoding(
+            config, model, processor, train_dataset, args, fast_generation)}
+        trainer = trl_bridge.trainer_class(GRPOTrainer, (unsloth_rollouts.UnslothRolloutMismatch,))(
+            **given, settings=settings)
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
     trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))

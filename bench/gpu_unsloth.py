@@ -1,0 +1,228 @@
+"""Unsloth against vlrl's paths at the 8B MathVista preset's shape, one path per process (issue 46): Qwen3-VL-8B's
+config with random weights in 4-bit, 512x512 pictures, 8 prompts x 4 completions per optimizer step, each
+completion length of --lengths in turn on the same loaded model.
+
+Paths:
+- `unsloth`: Unsloth's own vision GRPO notebook configuration: `FastVisionModel.from_pretrained(load_in_4bit=True)`,
+  its `get_peft_model` (language layers, r 16, alpha 16), its patched `GRPOTrainer` with its own generation, and the
+  notebook's GRPOConfig values where they differ from TRL's (adam betas 0.9/0.99, weight decay 0.1, warmup 0.1 of the steps,
+  cosine, adamw_8bit, max_grad_norm 0.1, sequence-level ratios, dr_grpo). The notebook decodes with vLLM
+  (`fast_inference=True`), which the GPU machine cannot install: this path decodes with Unsloth's transformers
+  generate. The vision placeholders are suppressed (`suppress_tokens`): random weights sample them, and Unsloth's
+  loss then fails (the `repro` path).
+- `vlrl-unsloth`: vlrl on the Unsloth backend (`load_model(backend="unsloth")`, `train.build_trainer`): the engine's
+  rollouts, Unsloth's loss, the mismatch measured; the adapter exported and verified after the last length.
+- `vlrl`: the preset's path: transformers + PEFT on the NF4 base, int8-packed for decoding, the engine's compiled
+  rollouts (16 at once), micro-batch 4, token-level importance sampling correction.
+- `trl`: plain TRL with the seed recipe's defaults (`gpu_engine.plain_trl_trainer`).
+- `repro`: Unsloth's own trainer on the 2B shape with `<|video_pad|>` made likely (`sequence_bias`): its loss fails in
+  `get_rope_index`; then the same with the placeholders suppressed, which trains.
+
+    python bench/gpu_unsloth.py --path vlrl-unsloth --lengths 256 1024 --steps 2 --out $OUT/unsloth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+START = time.time()
+COMPLETIONS = 32  # per optimizer step: 8 prompts x 4 completions, the preset's rollout
+
+
+def say(text: str) -> None:
+    print(f"T+{time.time() - START:6.1f}s {text}", flush=True)
+
+
+def notebook_config(out: Path, length: int, steps: int, **extra):
+    """Unsloth's vision GRPO notebook's GRPOConfig at the benchmark's rollout size (8 x 4 completions per step)."""
+    from trl import GRPOConfig
+
+    values = {"learning_rate": 5e-6, "adam_beta1": 0.9, "adam_beta2": 0.99, "weight_decay": 0.1, "warmup_steps": 0.1,
+              "lr_scheduler_type": "cosine", "optim": "adamw_8bit", "max_grad_norm": 0.1, "logging_steps": 1,
+              "importance_sampling_level": "sequence", "mask_truncated_completions": False, "loss_type": "dr_grpo",
+              "per_device_train_batch_size": 8, "gradient_accumulation_steps": 4, "num_generations": 4,
+              "bf16": True, "seed": 3407, "save_strategy": "no", "report_to": "none"}
+    return GRPOConfig(output_dir=str(out), max_completion_length=length, max_steps=steps, **{**values, **extra})
+
+
+def load_unsloth_own(checkpoint: Path):
+    from unsloth import FastVisionModel
+
+    model, processor = FastVisionModel.from_pretrained(str(checkpoint), load_in_4bit=True, max_seq_length=2048,
+                                                       use_gradient_checkpointing="unsloth")
+    model = FastVisionModel.get_peft_model(model, finetune_vision_layers=False, finetune_language_layers=True,
+                                           finetune_attention_modules=True, finetune_mlp_modules=True, r=16,
+                                           lora_alpha=16, lora_dropout=0, bias="none", random_state=3407,
+                                           use_gradient_checkpointing="unsloth")
+    processor.tokenizer.padding_side = "left"
+    return model, processor
+
+
+def build(path: str, model, processor, data, out: Path, length: int, steps: int):
+    from vlrl.grammar import rewards
+    from vlrl.model import prompts
+
+    if path == "unsloth":
+        from trl import GRPOTrainer
+
+        args = notebook_config(out, length, steps,
+                               generation_kwargs={"suppress_tokens": prompts.vision_token_ids(processor)})
+        return GRPOTrainer(model=model, processing_class=processor, reward_funcs=rewards.reward_funcs(), args=args,
+                           train_dataset=data)
+    if path == "trl":
+        from gpu_engine import plain_trl_trainer
+
+        return plain_trl_trainer(argparse.Namespace(completion=length, steps=steps, warmup=0), model, processor,
+                                 data, out)
+    from vlrl.config import runfile as cfg
+    from vlrl.training import train
+
+    config = cfg.preset("tiny")
+    t = config.training
+    t.per_device_train_batch_size, t.gradient_accumulation_steps = 4, COMPLETIONS // 4  # the 8B preset's
+    t.num_generations, t.generation_batch_size = 4, 16
+    t.max_completion_length, t.max_steps, t.learning_rate = length, steps, 5e-6
+    t.save_steps, t.logging_steps = 10_000, 1
+    t.importance_sampling_correction = "token" if path == "vlrl" else "off"  # the preset's; refused on Unsloth
+    config.model.backend = "unsloth" if path == "vlrl-unsloth" else "transformers"
+    config.data.max_prompt_tokens = 512
+    return train.build_trainer(config, model, processor, data, out)
+
+
+def measure(path: str, model, processor, length: int, steps: int, warmup: int, out_dir: Path) -> dict:
+    import torch
+    from gpu_engine import dataset
+    from gpu_gspo import Timer, step_clock
+
+    data = dataset(COMPLETIONS * steps // 4 + 8)
+    trainer = build(path, model, processor, data, out_dir / f"run-{path}-{length}", length, steps)
+    timer, clock = Timer(), []
+    trainer.add_callback(step_clock(timer, clock, lambda done: say(
+        f"{path} {length}: step {len(done)} {done[-1]['step_s']:.1f} s "
+        f"(generation {done[-1].get('generation_s', 0):.1f} s, {done[-1]['max_reserved_gib']:.1f} GiB reserved)")))
+    timer.wrap(trainer, "_generate_single_turn", "generation_s")
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    trainer.train()
+    logs = trainer.state.log_history
+    pick = lambda key: [r[key] for r in logs if key in r]
+    measured = clock[warmup:] or clock
+    median = lambda xs: sorted(xs)[len(xs) // 2]
+    step_s = median([s["step_s"] for s in measured])
+    lengths = pick("completions/mean_length")
+    mean_length = median(lengths[warmup:] or lengths) if lengths else length
+    result = {
+        "path": path, "completion": length, "gpu": torch.cuda.get_device_name(), "steps": clock,
+        "measured_steps": len(measured), "step_s": step_s,
+        "generation_s": median([s.get("generation_s", 0.0) for s in measured]),
+        "mean_completion_tokens": mean_length, "completion_tokens_per_s": COMPLETIONS * mean_length / step_s,
+        "max_reserved_gib": max(s["max_reserved_gib"] for s in clock),
+        "max_allocated_gib": max(s["max_allocated_gib"] for s in clock),
+        "rollout_train_kl": pick("sampling/rollout_train_kl"), "loss": pick("loss"), "grad_norm": pick("grad_norm"),
+        "trainer_class": type(trainer).__name__, "torch": torch.__version__,
+    }
+    if path == "vlrl-unsloth" and length == max(ARGS.lengths):
+        from vlrl.export.adapter import export_adapter
+
+        result["adapter"] = export_adapter(model, processor, out_dir / "adapter-vlrl-unsloth", log=say)
+    del trainer
+    return result
+
+
+def repro(checkpoints: Path, out_dir: Path) -> dict:
+    """Unsloth's own trainer, <|video_pad|> made likely: the failure, then the same with the placeholders
+    suppressed."""
+    from gpu_engine import dataset
+    from gpu_gspo import build_checkpoint
+
+    from vlrl.grammar import rewards
+    from vlrl.model import prompts
+
+    checkpoint = build_checkpoint("2b", checkpoints)
+    model, processor = load_unsloth_own(checkpoint)
+    from trl import GRPOTrainer
+
+    video = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    report = {"video_pad_id": video}
+    for name, extra in (("bias", {}), ("bias+suppress", {"suppress_tokens": prompts.vision_token_ids(processor)})):
+        kwargs = {"sequence_bias": [[[video], 30.0]], **extra}
+        args = notebook_config(out_dir / f"repro-{name}", 16, 1, per_device_train_batch_size=4,
+                               gradient_accumulation_steps=1, generation_kwargs=kwargs)
+        trainer = GRPOTrainer(model=model, processing_class=processor, reward_funcs=rewards.reward_funcs(),
+                              args=args, train_dataset=dataset(16))
+        seen = []
+        original = trainer._generate_single_turn
+
+        def spy(*a, _original=original, seen=seen, **k):
+            ids, logps = _original(*a, **k)
+            seen.append(sum(row.count(video) for row in ids))
+            return ids, logps
+
+        trainer._generate_single_turn = spy
+        try:
+            trainer.train()
+            report[name] = {"ok": True, "video_pad_in_completions": seen, "loss": trainer.state.log_history[-1]}
+        except Exception as err:  # noqa: BLE001 - the failure is the measurement
+            report[name] = {"ok": False, "video_pad_in_completions": seen, "error": f"{type(err).__name__}: {err}",
+                            "where": traceback.format_exc()[-1500:]}
+        say(f"repro {name}: {json.dumps({k: v for k, v in report[name].items() if k != 'where'}, default=str)}")
+    return report
+
+
+def main() -> None:
+    if ARGS.path in ("unsloth", "vlrl-unsloth", "repro"):
+        import unsloth  # noqa: F401  (Unsloth patches transformers and TRL only when imported first)
+    from gpu_gspo import build_checkpoint
+
+    out_dir = Path(ARGS.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if ARGS.path == "repro":
+        (out_dir / "repro.json").write_text(json.dumps(repro(Path(ARGS.checkpoints), out_dir), indent=2, default=str))
+        return
+    checkpoint = build_checkpoint("8b", Path(ARGS.checkpoints))
+    say(f"{ARGS.path}: loading {checkpoint}")
+    if ARGS.path == "unsloth":
+        model, processor = load_unsloth_own(checkpoint)
+    elif ARGS.path == "vlrl":
+        from gpu_engine import load
+
+        model, processor, _, _ = load(checkpoint, "int8")
+    else:
+        from vlrl.model.loading import LoraSettings, load_model
+
+        model, processor = load_model(str(checkpoint), load_in_4bit=True, max_seq_length=2048,
+                                      lora=LoraSettings(r=16, alpha=16),
+                                      backend="unsloth" if ARGS.path == "vlrl-unsloth" else "transformers")
+    for length in ARGS.lengths:
+        steps = ARGS.steps if ARGS.path != "trl" else 1  # plain TRL: eager, nothing to compile, one step
+        warmup = 0 if ARGS.path == "trl" else ARGS.warmup
+        try:
+            result = measure(ARGS.path, model, processor, length, steps, warmup, out_dir)
+        except Exception as err:  # noqa: BLE001 - a failing length is a result too
+            result = {"path": ARGS.path, "completion": length, "ok": False, "error": f"{type(err).__name__}: {err}",
+                      "where": traceback.format_exc()[-3000:]}
+            traceback.print_exc()
+        (out_dir / f"{ARGS.path}_{length}.json").write_text(json.dumps(result, indent=2, default=str))
+        keys = ("step_s", "generation_s", "completion_tokens_per_s", "max_reserved_gib", "rollout_train_kl", "error")
+        say(f"RESULT {ARGS.path} {length} " + json.dumps({k: result.get(k) for k in keys}, default=str))
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--path", required=True, choices=["unsloth", "vlrl-unsloth", "vlrl", "trl", "repro"])
+    p.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
+    p.add_argument("--steps", type=int, default=2, help="optimizer steps per length (plain TRL: 1)")
+    p.add_argument("--warmup", type=int, default=1, help="first steps left out of the medians (compiling)")
+    p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/unsloth")
+    ARGS = p.parse_args()
+    main()
