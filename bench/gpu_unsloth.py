@@ -69,13 +69,13 @@ def load_unsloth_own(checkpoint: Path):
 
 def build(path: str, model, processor, data, out: Path, length: int, steps: int):
     from vlrl.grammar import rewards
-    from vlrl.model import prompts
+    from vlrl.model import vision_tokens
 
     if path == "unsloth":
         from trl import GRPOTrainer
 
         args = notebook_config(out, length, steps,
-                               generation_kwargs={"suppress_tokens": prompts.vision_token_ids(processor)})
+                               generation_kwargs={"suppress_tokens": vision_tokens.vision_token_ids(processor)})
         return GRPOTrainer(model=model, processing_class=processor, reward_funcs=rewards.reward_funcs(), args=args,
                            train_dataset=data)
     if path == "trl":
@@ -109,7 +109,9 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
     trainer.add_callback(step_clock(timer, clock, lambda done: say(
         f"{path} {length}: step {len(done)} {done[-1]['step_s']:.1f} s "
         f"(generation {done[-1].get('generation_s', 0):.1f} s, {done[-1]['max_reserved_gib']:.1f} GiB reserved)")))
-    timer.wrap(trainer, "_generate_single_turn", "generation_s")
+    from vlrl.training import trl_bridge
+
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
@@ -145,7 +147,8 @@ def repro(checkpoints: Path, out_dir: Path) -> dict:
     from gpu_gspo import build_checkpoint
 
     from vlrl.grammar import rewards
-    from vlrl.model import prompts
+    from vlrl.model import vision_tokens
+    from vlrl.training import trl_bridge
 
     checkpoint = build_checkpoint("2b", checkpoints)
     model, processor = load_unsloth_own(checkpoint)
@@ -153,21 +156,21 @@ def repro(checkpoints: Path, out_dir: Path) -> dict:
 
     video = processor.tokenizer.convert_tokens_to_ids("<|video_pad|>")
     report = {"video_pad_id": video}
-    for name, extra in (("bias", {}), ("bias+suppress", {"suppress_tokens": prompts.vision_token_ids(processor)})):
+    for name, extra in (("bias", {}), ("bias+suppress", {"suppress_tokens": vision_tokens.vision_token_ids(processor)})):
         kwargs = {"sequence_bias": [[[video], 30.0]], **extra}
         args = notebook_config(out_dir / f"repro-{name}", 16, 1, per_device_train_batch_size=4,
                                gradient_accumulation_steps=1, generation_kwargs=kwargs)
         trainer = GRPOTrainer(model=model, processing_class=processor, reward_funcs=rewards.reward_funcs(),
                               args=args, train_dataset=dataset(16))
-        seen = []
-        original = trainer._generate_single_turn
+        seen, hook = [], trl_bridge.method_name(trainer, "generate_rollouts")
+        original = getattr(trainer, hook)
 
         def spy(*a, _original=original, seen=seen, **k):
             ids, logps = _original(*a, **k)
             seen.append(sum(row.count(video) for row in ids))
             return ids, logps
 
-        trainer._generate_single_turn = spy
+        setattr(trainer, hook, spy)
         try:
             trainer.train()
             report[name] = {"ok": True, "video_pad_in_completions": seen, "loss": trainer.state.log_history[-1]}
