@@ -72,6 +72,9 @@ class TrainingConfig:
     logging_steps: int = TRAINING_DEFAULTS["logging_steps"]
     save_steps: int = 50  # a checkpoint (adapter, optimizer, scheduler, RNG) every this many steps; --resume uses it
     stop_on_degeneration: float = 0.0  # 0: never; else stop when this share of a step's completions degenerates
+    # true: stop when the policy has collapsed (flat groups, repeated samples: vlrl.training.collapse), back to the
+    # last checkpoint before it; false: say so and train on
+    stop_on_collapse: bool = False
     # Completions each process decodes per generate call; 0: TRL's default, the whole optimizer step's rollouts
     # (batch x accumulation) at once. A multiple of the batch below it decodes each micro-batch's rollouts just before
     # its forward pass: the same on-policy step in less memory (the 8B recipe on 24 GB), at a lower decoding

@@ -56,7 +56,9 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
         run.comparison.write_text(json.dumps(c, indent=2))
     is_episodes = c.get("kind") == "episodes"
     comparison_png = plot_comparison(c, run.plots / "comparison.png")
-    training_png = plot_training(read_records(run.train_log), run.plots / "training.png")
+    train_log = read_records(run.train_log)
+    training_png = plot_training(train_log, run.plots / "training.png")
+    collapsed = [r["collapse/since_step"] for r in train_log if r.get("collapse/since_step") is not None]
     pass_at_k = []
     if c.get("pass_at_k"):
         pass_at_k_png = plot_pass_at_k(c["pass_at_k"], run.plots / "pass_at_k.png")
@@ -74,6 +76,9 @@ def render(run_dir: str | Path | RunDir, *, log=None) -> Path:
     sections = [
         f"<h1>vlrl run: {esc(name)}</h1><p class=meta>{esc(run.path.resolve())}</p>",
         *[f"<p class=warn><b>{esc(line)}</b></p>" for line in [(data_report or {}).get("trains_on_test_split")] if line],
+        *[f"<p class=warn><b>The policy collapsed from training step {step}: its groups went flat and its samples "
+          "repeated each other, so nothing was left to learn (vlrl.training.collapse; train_log.jsonl's collapse/* "
+          "numbers).</b></p>" for step in collapsed[:1]],
         f"<p class=verdict>{episode_verdict(c) if is_episodes else verdict(c)}</p>",
         "<h2>Comparison</h2>", f'<img class=plot alt="before/after" src="{file_uri(comparison_png)}">',
         episode_table(c) if is_episodes else comparison_table(c),

@@ -188,6 +188,7 @@ class EpisodeRollouts:
     pass_tokens: int = 16384
     episode_log = None
     degeneration_monitor = None
+    collapse_monitor = None  # `vlrl.training.collapse.CollapseMonitor`: each episode's actions, the first draw's
     _played_tokens = 0  # reply tokens generated this step, redraws included
     _merged = None  # the pass being scored: its segments' forward (`vlrl.episodes.scoring.merged_inputs`)
     dynamic_sampling = 0  # more draws a step for groups whose returns are all equal (`vlrl.training.dynamic_sampling`)
@@ -268,6 +269,8 @@ class EpisodeRollouts:
         if self.degeneration_monitor is not None:
             self.degeneration_monitor.observe([r.get("reply", "") for e in episodes for r in e.turns],
                                               [ids for e in episodes for ids in e.reply_ids])
+        if self.collapse_monitor is not None:  # distinct action sequences
+            self.collapse_monitor.observe([tuple(tuple(turn.get("actions", ())) for turn in e.turns) for e in episodes])
         if self.dynamic_sampling:
             episodes, mine = self._redraw(episodes, mine, flat)
         played = torch.tensor([float(self._played_tokens)], device=self.accelerator.device)

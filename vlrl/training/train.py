@@ -34,6 +34,7 @@ from vlrl.model import lengths
 from vlrl.model.loading import backend_of
 from vlrl.training import dynamic_sampling, episode_trainer, mismatch
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
+from vlrl.training.collapse import CollapseMonitor
 
 
 def grpo_args(config: RunConfig, run: str | Path | RunDir):
@@ -79,6 +80,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     run, t = RunDir.of(run), config.training
     args = grpo_args(config, run)
     monitor = DegenerationMonitor(t.stop_on_degeneration, args.max_completion_length, log=log)
+    collapse = CollapseMonitor(t.stop_on_collapse, log=log)
     step_line = StepLine(log=log)
     transformers_backend = backend_of(model) == "transformers"  # Unsloth patches generation and the loss itself
     if config.env.name:  # episodes for rollouts (`vlrl.training.episode_trainer`): the reward is each episode's return
@@ -86,10 +88,11 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     else:
         chosen = rewards.reward_funcs(symbolic=t.reward == "symbolic")  # [training] reward: format, correctness
         # a thinking model's rewards score its whole turn (the prompt's <think> included) and log its thinking
-        reward_funcs = thinking.with_thinking([monitor.watch(chosen[0]), step_line.watch(chosen[1]), *chosen[2:]],
-                                              processor, t.thinking_budget)
+        reward_funcs = thinking.with_thinking([collapse.watch(monitor.watch(chosen[0])), step_line.watch(chosen[1]),
+                                               *chosen[2:]], processor, t.thinking_budget)
     given = {"model": model, "reward_funcs": reward_funcs, "args": args, "train_dataset": train_dataset,
-             "processing_class": processor, "callbacks": [monitor, step_line, JsonlLogger(run.train_log), *callbacks]}
+             "processing_class": processor,
+             "callbacks": [monitor, collapse, step_line, JsonlLogger(run.train_log), *callbacks]}
     from vlrl.training import trl_bridge  # checks the TRL installed for what vlrl's mixins hook
 
     if transformers_backend:
@@ -97,10 +100,11 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
                     "importance_sampling_cap": t.importance_sampling_cap, "dynamic_sampling": t.dynamic_sampling}
         if config.env.name:
             mixins = (mismatch.RolloutMismatch, episode_trainer.EpisodeRollouts)
-            settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor)
+            settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor,
+                            collapse_monitor=collapse)
         else:
             mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws)
-            settings.update(watchers=(monitor, step_line), rollout_decoding=rollout_decoding(
+            settings.update(watchers=(monitor, collapse, step_line), rollout_decoding=rollout_decoding(
                 config, model, processor, train_dataset, args, fast_generation))
         trainer = trl_bridge.trainer_class(GRPOTrainer, mixins)(**given, settings=settings)
     else:
@@ -120,7 +124,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
             **given, settings=settings)
     # the monitor adds its numbers to each step's logs, so it goes first: the trackers (report_to) come before any
     # callback passed in, and would log the step without them
-    trainer.callback_handler.callbacks.insert(0, trainer.pop_callback(monitor))
+    trainer.callback_handler.callbacks[:0] = [trainer.pop_callback(monitor), trainer.pop_callback(collapse)]
     quiet_progress(trainer)
     _point_trackers(trainer, run, log)
     return trainer
@@ -219,7 +223,24 @@ def train(config: RunConfig, model, processor, train_dataset, run_dir: str | Pat
     log(f"trainer: {type(trainer).__name__} ({backend} backend), recipe {t.recipe}; resolved settings "
         f"in {run.grpo_config}")
     trainer.train(resume_from_checkpoint=str(last) if last else None)
+    _back_to_before_a_collapse(trainer, model, run, log)
     return trainer
+
+
+def _back_to_before_a_collapse(trainer, model, run: RunDir, log) -> None:
+    """After a run `[training] stop_on_collapse` stopped: the policy goes back to the last checkpoint saved before the
+    collapse began (what the run evaluates and exports after), when there is one."""
+    collapse = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CollapseMonitor)), None)
+    if collapse is None or collapse.stopped_at_step is None:
+        return
+    before = [c for c in run.checkpoints.glob("checkpoint-*") if int(c.name.split("-")[-1]) < collapse.since_step]
+    if not before:
+        log(f"collapse: no checkpoint was saved before step {collapse.since_step} ([training] save_steps = "
+            f"{trainer.args.save_steps}); the policy stays the collapsed one")
+        return
+    last = max(before, key=lambda c: int(c.name.split("-")[-1]))
+    _load_adapter_weights(model, last)
+    log(f"collapse: the policy is {last.name}'s again, the last checkpoint before the collapse")
 
 
 def _clear_for(run: RunDir, last: Path | None) -> None:
