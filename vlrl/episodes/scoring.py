@@ -17,11 +17,25 @@ never sample (image and video placeholders) are masked as `vlrl.training.mismatc
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from vlrl.model.prompts import MASKED_LOGIT, Tokenized, extends, mask_tokens, token_batch
 
 VOCAB_CHUNK = 8192  # output-layer rows per chunk (TRL's own for its chunked log-probs)
+
+
+@functools.cache
+def _entropy_only() -> tuple:
+    """The trailing argument TRL's chunked log-prob function needs to compute only the entropy beside the log-probs:
+    from trl 1.16 it takes `outputs` (the optional fields it computes) and returns five fields, the log-probs and
+    entropies first; before, it took no such argument and returned those two."""
+    import inspect
+
+    from trl.trainer.utils import _ChunkedLogProbFunction
+
+    return (("entropy",),) if "outputs" in inspect.signature(_ChunkedLogProbFunction.forward).parameters else ()
 
 
 def segments(rows: list[dict]) -> list[list[dict]]:
@@ -89,7 +103,7 @@ def reply_logps(model, merged: dict, reply_mask: torch.Tensor, *, temperature: f
             bias[list(suppressed)] += MASKED_LOGIT
         with autocast():
             logps, entropies = _ChunkedLogProbFunction.apply(hidden, head.weight, bias, merged["labels"], temperature,
-                                                             VOCAB_CHUNK, cap, scale)
+                                                             VOCAB_CHUNK, cap, scale, *_entropy_only())[:2]
     else:  # an adapted output layer (LoRA on the head: the tiny presets) is run as the module it is, all at once
         with autocast():
             logits = mask_tokens(head(hidden).float(), list(suppressed)) * scale  # masked where the hook masks
