@@ -1,15 +1,24 @@
-# The set-up commands of the README: `make demo`, `make test` and `make test-fast`. All create .venv on first use.
+# The set-up commands of the README: `make demo`, `make test`, `make test-fast` and `make test-newest`. All create
+# their venv on first use.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 RUN_DIR ?= runs/demo
 
-.PHONY: demo test test-fast test-deps install calculator lint clean
+# pyproject.toml gives ranges; a venv holds one end of them. CONSTRAINTS pins torch, torchvision, transformers, trl,
+# peft and datasets: constraints/lowest.txt (the default: .venv, `make test`, CI's whole suite) or
+# constraints/newest.txt (the registry's newest, in .venv-newest: `make test-newest`). Passed as PIP_CONSTRAINT, it
+# replaces any constraint file of pip's own configuration rather than adding to it, so the venv holds the named set.
+CONSTRAINTS ?= constraints/lowest.txt
+NEWEST_VENV ?= .venv-newest
+PIP_INSTALL = PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(BIN)/pip install -q
 
-$(BIN)/vlrl: pyproject.toml
+.PHONY: demo test test-fast test-newest test-deps test-tools install calculator lint clean
+
+$(BIN)/vlrl: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(PIP_INSTALL) -e '.[dev]'
 	touch $(BIN)/vlrl
 
 install: $(BIN)/vlrl
@@ -22,7 +31,7 @@ install: $(BIN)/vlrl
 # 814 -> 494 CPU-seconds (user+sys); the whole `pip install` of the extra with these flags took 4:42.
 GGUF_CMAKE_ARGS := -DGGML_NATIVE=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$(CURDIR)/scripts/llama_cpp_libs_only.cmake
 $(VENV)/.gguf: $(BIN)/vlrl
-	CMAKE_ARGS="$(GGUF_CMAKE_ARGS)" $(BIN)/pip install -q -e '.[gguf]'
+	CMAKE_ARGS="$(GGUF_CMAKE_ARGS)" $(PIP_INSTALL) -e '.[gguf]'
 	touch $@
 
 demo: install
@@ -34,7 +43,9 @@ calculator:
 
 # What the tests need besides vlrl itself (README: "What the tests install"); each step is skipped when its result
 # is already there. Installing needs root; without it the scripts say what to run and the tests that need it skip.
-test-deps: install
+test-deps: install test-tools
+
+test-tools:
 	bash scripts/ensure_chromium.sh chromium-driver  # headless Chromium for the report and calculator tests
 	bash rewards/install.sh || echo "make: no Pyodide runtime: the reward calculator's tests will skip, saying why" >&2
 
@@ -57,8 +68,17 @@ test: test-deps $(VENV)/.gguf
 test-fast: test-deps
 	$(PYTEST) -m "not slow"
 
+# The newest end of the ranges: test-fast and one tiny run in .venv-newest, which holds constraints/newest.txt. The
+# run gets a fresh directory each time and the tests' cache, so it loads the tiny model and warm start built there
+# (by `make test` in CI) rather than training them again.
+test-newest:
+	$(MAKE) test-fast VENV=$(NEWEST_VENV) CONSTRAINTS=constraints/newest.txt
+	rm -rf runs/newest
+	VLRL_CACHE="$${VLRL_CACHE:-$(CURDIR)/.cache/vlrl}" \
+	  $(MAKE) demo VENV=$(NEWEST_VENV) CONSTRAINTS=constraints/newest.txt RUN_DIR=runs/newest
+
 lint: install
 	$(BIN)/ruff check vlrl tests bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache rewards/node_modules
+	rm -rf $(VENV) $(NEWEST_VENV) runs .pytest_cache rewards/node_modules

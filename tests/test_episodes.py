@@ -513,6 +513,30 @@ def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, t
     assert torch.allclose(grads[0], grads[1], atol=1e-4) and grads[1].abs().sum() > 0
 
 
+def test_reply_logps_through_the_chunked_output_layer_are_its_full_softmaxs(policy):
+    """The output layer as it is (LoRA on the layers only) is scored in chunks over the vocabulary by TRL's chunked
+    log-prob function, whose outputs changed in trl 1.16 (five fields, `outputs` picking them): each reply token's
+    log-prob and entropy are still those of the whole masked softmax at the temperature."""
+    from contextlib import nullcontext
+
+    from vlrl.model.prompts import mask_tokens
+
+    model, processor = policy
+    ids = torch.tensor([processor.tokenizer("The bar for 2024 is 17, the tallest of the four.")["input_ids"]])
+    positions, labels = torch.arange(2, ids.shape[1] - 1), ids[0, 3:]
+    merged = {"forward": {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, "positions": positions,
+              "labels": labels}
+    suppressed = (processor.tokenizer.convert_tokens_to_ids("<|image_pad|>"),)
+    with torch.no_grad():
+        logps, entropy = scoring.reply_logps(model, merged, torch.ones(1, len(labels)), temperature=0.7,
+                                             suppressed=suppressed, autocast=nullcontext, compute_entropy=True)
+        every = (mask_tokens(model(**merged["forward"]).logits[0, positions].float(), list(suppressed)) / 0.7)
+        every = every.log_softmax(-1)
+    assert logps.shape == entropy.shape == (1, len(labels))
+    assert (logps[0] - every.gather(-1, labels[:, None])[:, 0]).abs().max() < 1e-4
+    assert (entropy[0] + (every.exp() * every).sum(-1)).abs().max() < 1e-3
+
+
 @pytest.mark.slow
 def test_an_interrupted_episode_run_resumes_to_the_uninterrupted_adapter(tmp_path):
     """Two steps uninterrupted, then the same run cut back to its first checkpoint (a kill right after it) and
