@@ -29,7 +29,7 @@ import time
 import torch
 
 from vlrl import engine
-from vlrl.model.vision_tokens import mask_tokens
+from vlrl.model.vision_tokens import MASKED_LOGIT, mask_tokens
 
 # What the trainer adds to each logged step; delta = log pi_train - log pi_rollout of a sampled completion token.
 METRICS = {
@@ -248,9 +248,19 @@ def masked(model, ids):
     if not ids:
         yield
         return
-    handle = model.get_output_embeddings().register_forward_hook(
-        lambda module, args, logits: mask_tokens(logits, list(ids)))
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda module, args, logits: mask_tokens(logits, list(ids)))
+    # TRL >= 1.16 computes the loss's log-probs through a fused head that reads the head's weight and bias, not its
+    # forward: a bias of MASKED_LOGIT at `ids` masks them there too (the hook's fill then gives the same logits)
+    layer = getattr(head, "base_layer", head)  # under LoRA on the head, the frozen Linear it wraps
+    biased = getattr(layer, "bias", True) is None
+    if biased:
+        bias = torch.zeros(layer.weight.shape[0], dtype=layer.weight.dtype, device=layer.weight.device)
+        layer.bias = torch.nn.Parameter(bias.index_fill(0, torch.tensor(list(ids), device=bias.device),
+                                                        MASKED_LOGIT), requires_grad=False)
     try:
         yield
     finally:
         handle.remove()
+        if biased:
+            layer.bias = None
