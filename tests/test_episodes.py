@@ -643,9 +643,9 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
 
     played, play_batch = [], rollout._play_batch  # how many episodes each rollout batch played together
 
-    def recording(model, processor, make_env, seeds, settings, session):
+    def recording(model, processor, make_env, seeds, settings, session, decoding):
         played.append((len(seeds), session.rows))
-        return play_batch(model, processor, make_env, seeds, settings, session)
+        return play_batch(model, processor, make_env, seeds, settings, session, decoding)
 
     monkeypatch.setattr(rollout, "_play_batch", recording)
     run = tmp_path / "crafter"
