@@ -291,7 +291,7 @@ def test_an_ended_episode_hands_its_slot_to_the_next_seed(policy, monkeypatch):
     decoded, complete = [], engine.complete_tokenized
 
     def recording(model, processor, contexts, decoding, session):
-        decoded.append((sum(c is not None for c in contexts), decoding.rows))
+        decoded.append((sum(c is not None for c in contexts), session.rows))  # the session sets the decoding's rows
         return complete(model, processor, contexts, decoding, session=session)
 
     monkeypatch.setattr(engine, "complete_tokenized", recording)
@@ -519,7 +519,7 @@ def test_reply_logps_through_the_chunked_output_layer_are_its_full_softmaxs(poli
     log-prob and entropy are still those of the whole masked softmax at the temperature."""
     from contextlib import nullcontext
 
-    from vlrl.model.prompts import mask_tokens
+    from vlrl.model.vision_tokens import mask_tokens
 
     model, processor = policy
     ids = torch.tensor([processor.tokenizer("The bar for 2024 is 17, the tallest of the four.")["input_ids"]])

@@ -118,7 +118,7 @@ def passes(segments: list[list[dict]], max_tokens: int) -> list[list[list[dict]]
     """Consecutive segments (`vlrl.episodes.scoring.segments`) grouped into forward passes of at most `max_tokens`
     tokens (each segment's forward right-padded to the pass's longest), one segment at least.
 
-    >>> from vlrl.model.prompts import Tokenized
+    >>> from vlrl.engine.token_types import Tokenized
     >>> seg = lambda p, r: [{"prompt": Tokenized([0] * p), "reply_ids": [0] * r}]
     >>> chunks = passes([seg(90, 10), seg(280, 20), seg(150, 50), seg(800, 100)], 600)
     >>> [[len(s[0]["reply_ids"]) for s in p] for p in chunks]
