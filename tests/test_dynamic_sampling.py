@@ -109,8 +109,8 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     lengths = [len(a) for a in answers]  # first draw: the flat group 4 x answer 0, the other each answer; then 1 group
     assert metrics["dynamic_sampling/generated_tokens"] == [4 * lengths[0] + 2 * sum(lengths)]
     assert len(metrics["reward"]) == 1  # the first draw's, not the redraws'
-    monitor, step_line = trainer.watchers  # rewards/accuracy and degeneration/* count the first draw's 8 too
-    assert (monitor.seen, step_line.scored) == (8, 8)
+    monitor, collapse, step_line = trainer.watchers  # accuracy, degeneration/* and collapse/* count the first 8 too
+    assert (monitor.seen, step_line.scored, len(collapse.samples)) == (8, 8, 8)
     assert batch["advantages"].view(2, 4).abs().sum(dim=1).gt(0).all()
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
 

@@ -520,6 +520,7 @@ def test_reply_logps_through_the_chunked_output_layer_are_its_full_softmaxs(poli
     from contextlib import nullcontext
 
     from vlrl.model.vision_tokens import mask_tokens
+    from vlrl.training import trl_bridge
 
     model, processor = policy
     ids = torch.tensor([processor.tokenizer("The bar for 2024 is 17, the tallest of the four.")["input_ids"]])
@@ -529,7 +530,8 @@ def test_reply_logps_through_the_chunked_output_layer_are_its_full_softmaxs(poli
     suppressed = (processor.tokenizer.convert_tokens_to_ids("<|image_pad|>"),)
     with torch.no_grad():
         logps, entropy = scoring.reply_logps(model, merged, torch.ones(1, len(labels)), temperature=0.7,
-                                             suppressed=suppressed, autocast=nullcontext, compute_entropy=True)
+                                             suppressed=suppressed, autocast=nullcontext, compute_entropy=True,
+                                             chunked=trl_bridge.chunked_logps)
         every = (mask_tokens(model(**merged["forward"]).logits[0, positions].float(), list(suppressed)) / 0.7)
         every = every.log_softmax(-1)
     assert logps.shape == entropy.shape == (1, len(labels))

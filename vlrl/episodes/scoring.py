@@ -17,8 +17,6 @@ never sample (image and video placeholders) are masked as `vlrl.training.mismatc
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from vlrl.engine.token_types import Tokenized, extends, token_batch
@@ -27,7 +25,6 @@ from vlrl.model.vision_tokens import MASKED_LOGIT, mask_tokens
 VOCAB_CHUNK = 8192  # output-layer rows per chunk (TRL's own for its chunked log-probs)
 
 
-@functools.cache
 def segments(rows: list[dict]) -> list[list[dict]]:
     """Consecutive turn rows (`vlrl.training.episode_trainer.turn_rows`: "episode", "prompt", "reply_ids") grouped into
     segments: each row of a segment is the same episode's next turn, its context extending the row before's.
