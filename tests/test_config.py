@@ -378,3 +378,16 @@ def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
                                                  t["num_generations"])
     args = train.grpo_args(cfg.preset(name), tmp_path)
     assert args.per_device_train_batch_size * args.steps_per_generation == episodes == seeds * group
+
+
+@pytest.mark.parametrize("installed,refused", [("1.14.2", False), ("1.16.0", True), ("", False)])
+def test_a_lora_on_the_output_layer_is_refused_where_trl_refuses_it(installed, refused, monkeypatch):
+    """TRL 1.16 raises at trainer creation on a PEFT adapter over lm_head (after the baseline eval); vlrl says so in
+    one line when it reads the run file (grid-tiny trains LoRA on the head)."""
+    from vlrl.config import validation
+
+    grid = cfg.preset("grid-tiny")  # read under the TRL installed here (1.14.2), then checked against `installed`
+    monkeypatch.setattr(validation, "_trl_version", lambda: installed)
+    problems = validation.problems_of(grid)
+    assert any("lora_targets = 'head'" in p and "refuses" in p for p in problems) == refused
+    assert not [p for p in validation.problems_of(cfg.preset("tiny")) if "lora_targets" in p]

@@ -101,6 +101,10 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
             "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
             "(docs/multi-gpu.md).")
+    if "head" in m.lora_targets and _trl_refuses_head_adapters():
+        add(f"[model] lora_targets = {m.lora_targets!r} trains a LoRA on the output layer, which the installed TRL "
+            f"({_trl_version()}) refuses: from 1.16 it computes log-probs from lm_head.weight directly. Use "
+            "lora_targets = \"layers\", or TRL < 1.16 (pip install -c constraints/lowest.txt).")
     if not 0 <= m.lora_dropout < 1:
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
@@ -379,3 +383,20 @@ def _batch_problems(t: TrainingConfig, processes: int, *, episodes: bool = False
 
 def _nearest(values: list[int], target: int) -> int:
     return min(values, key=lambda v: (abs(v - target), -v)) if values else 2
+
+
+def _trl_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trl")
+    except PackageNotFoundError:
+        return ""
+
+
+def _trl_refuses_head_adapters() -> bool:
+    """TRL 1.16 refuses a PEFT adapter on lm_head (its loss reads lm_head.weight, never the adapter's forward)."""
+    from packaging.version import Version
+
+    installed = _trl_version()
+    return bool(installed) and Version(installed) >= Version("1.16")
