@@ -383,11 +383,18 @@ def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
 @pytest.mark.parametrize("installed,refused", [("1.14.2", False), ("1.16.0", True), ("", False)])
 def test_a_lora_on_the_output_layer_is_refused_where_trl_refuses_it(installed, refused, monkeypatch):
     """TRL 1.16 raises at trainer creation on a PEFT adapter over lm_head (after the baseline eval); vlrl says so in
-    one line when it reads the run file (grid-tiny trains LoRA on the head)."""
+    one line before anything loads: `vlrl validate` and the stage that loads the policy (grid-tiny trains LoRA on
+    the head). The preset itself stays readable on any TRL."""
+    from vlrl import run
+    from vlrl.base.errors import ConfigError
     from vlrl.config import validation
+    from vlrl.config.preflight import preflight
 
-    grid = cfg.preset("grid-tiny")  # read under the TRL installed here (1.14.2), then checked against `installed`
     monkeypatch.setattr(validation, "_trl_version", lambda: installed)
-    problems = validation.problems_of(grid)
-    assert any("lora_targets = 'head'" in p and "refuses" in p for p in problems) == refused
-    assert not [p for p in validation.problems_of(cfg.preset("tiny")) if "lora_targets" in p]
+    grid = cfg.preset("grid-tiny")
+    said = [p for p in preflight(grid)[1] if "lora_targets = 'head'" in p and "refuses" in p]
+    assert bool(said) == refused
+    assert validation.head_adapter_problem(cfg.preset("tiny").model) is None  # LoRA on the layers only
+    if refused:
+        with pytest.raises(ConfigError, match="lora_targets = 'head'"):
+            run.load_policy(grid, log=lambda line: None)

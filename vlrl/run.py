@@ -20,8 +20,9 @@ from pathlib import Path
 
 from vlrl import data, export, report
 from vlrl.base import distributed
+from vlrl.base.errors import ConfigError
 from vlrl.base.progress import duration
-from vlrl.config import recipe
+from vlrl.config import recipe, validation
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, pictures, sharded_eval
@@ -68,6 +69,9 @@ def wrap_lora(config: RunConfig, base):
 def load_policy(config: RunConfig, log=print):
     """The configured model, LoRA-wrapped (vision frozen unless asked), its 4-bit base repacked for decoding
     ([model] decode_format), and its processor."""
+    problem = validation.head_adapter_problem(config.model)  # what the installed TRL refuses, before anything loads
+    if problem:
+        raise ConfigError(problem)
     base, processor = load_base(config, log)
     policy = pack_base(config, wrap_lora(config, base), log)
     log(f"LoRA: {model.trainable_summary(policy)}")

@@ -25,8 +25,11 @@ HEALTH_TIMEOUT_S = 3.0
 def preflight(config) -> tuple[list[str], list[str]]:
     """Builds what `config` names that can be built cheaply. Returns (what was checked, one line each; every problem
     found, one line each with the fix). An episode run checks its environment, a single-turn run its data."""
+    from vlrl.config.validation import head_adapter_problem
+
     checked, problems = [], []
     _check_model(config.model.name_or_path, checked, problems)
+    problems += [p for p in [head_adapter_problem(config.model)] if p]
     if config.env.name:
         _check_environment(config, checked, problems)
     else:

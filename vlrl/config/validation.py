@@ -101,10 +101,6 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[model] load_in_4bit = true under {sharded_launch()}, which shards 16-bit weights: vlrl's 4-bit loading "
             "is for one GPU and DDP. Set load_in_4bit = false, or launch with DDP if the 4-bit model fits one GPU "
             "(docs/multi-gpu.md).")
-    if "head" in m.lora_targets and _trl_refuses_head_adapters():
-        add(f"[model] lora_targets = {m.lora_targets!r} trains a LoRA on the output layer, which the installed TRL "
-            f"({_trl_version()}) refuses: from 1.16 it computes log-probs from lm_head.weight directly. Use "
-            "lora_targets = \"layers\", or TRL < 1.16 (pip install -c constraints/lowest.txt).")
     if not 0 <= m.lora_dropout < 1:
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
     for key in ("warm_start_steps", "warm_start_items"):
@@ -394,9 +390,15 @@ def _trl_version() -> str:
         return ""
 
 
-def _trl_refuses_head_adapters() -> bool:
-    """TRL 1.16 refuses a PEFT adapter on lm_head (its loss reads lm_head.weight, never the adapter's forward)."""
+def head_adapter_problem(model_config) -> str | None:
+    """The one line for a LoRA on the output layer where the installed TRL refuses it (1.16: its loss reads
+    lm_head.weight, never the adapter's forward), else None. Not a rule of the run file (a preset stays readable on
+    any TRL): `vlrl validate` and the stages that load a policy ask it, before anything loads."""
     from packaging.version import Version
 
     installed = _trl_version()
-    return bool(installed) and Version(installed) >= Version("1.16")
+    if "head" not in model_config.lora_targets or not installed or Version(installed) < Version("1.16"):
+        return None
+    return (f"[model] lora_targets = {model_config.lora_targets!r} trains a LoRA on the output layer, which the "
+            f"installed TRL ({installed}) refuses: from 1.16 it computes log-probs from lm_head.weight directly. Use "
+            "lora_targets = \"layers\", or TRL < 1.16 (pip install -c constraints/lowest.txt).")
