@@ -106,6 +106,7 @@ def health_problem(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
     True
     """
     from vlrl.envs.remote import auth_headers
+    from vlrl.model.source import unreachable_reason
 
     request = urllib.request.Request(url + "/health", headers=auth_headers())
     try:
@@ -116,11 +117,8 @@ def health_problem(url: str, timeout: float = HEALTH_TIMEOUT_S) -> str | None:
         return (f"{url}/health answered {err.code} ({err.reason}); is it an environment server (`vlrl serve-env`, "
                 "OpenEnv), and is ENVIRONMENT_API_KEY its key?")
     except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", err)
-        if isinstance(reason, TimeoutError) or isinstance(err, TimeoutError):
-            reason = f"no answer within {timeout:g} s"
-        return (f"no environment server answered at {url}/health ({reason}); start it first (`vlrl serve-env NAME` "
-                "on that port), or check the address.")
+        return (f"no environment server answered at {url}/health ({unreachable_reason(err, timeout)}); start it "
+                "first (`vlrl serve-env NAME` on that port), or check the address.")
 
 
 def _served_options_problem(url: str, options: dict) -> str | None:

@@ -66,8 +66,18 @@ def hub_problem(repo_id: str, *, timeout: float = HUB_TIMEOUT_S) -> str | None:
                     "the spelling, or log in (`hf auth login`) for a private or gated model.")
         return f"the hub at {endpoint} answered {err.code} ({err.reason}) for {repo_id!r}; try again later."
     except (urllib.error.URLError, OSError, ValueError) as err:
-        reason = getattr(err, "reason", err)
-        if isinstance(reason, TimeoutError) or isinstance(err, TimeoutError):
-            reason = f"no answer within {timeout:g} s"
-        return (f"{repo_id!r} is not in the local hub cache and the hub at {endpoint} is not reachable ({reason}); "
+        return (f"{repo_id!r} is not in the local hub cache and the hub at {endpoint} is not reachable "
+                f"({unreachable_reason(err, timeout)}); "
                 "check the network, or set HF_HUB_OFFLINE=1 and give a local checkpoint directory.")
+
+
+def unreachable_reason(err: Exception, timeout: float) -> str:
+    """Why a request of `timeout` seconds got no answer, in a few words: the URL error's reason, or the timeout.
+
+    >>> unreachable_reason(TimeoutError(), 5.0)
+    'no answer within 5 s'
+    """
+    reason = getattr(err, "reason", err)
+    if isinstance(reason, TimeoutError) or isinstance(err, TimeoutError):
+        return f"no answer within {timeout:g} s"
+    return str(reason)
