@@ -79,3 +79,16 @@ def test_a_forced_collapse_of_the_tiny_model_is_noticed_and_stops_the_run(tiny_d
                                              for i in range(4)))
     page = render(tmp_path).read_text()
     assert "The policy collapsed from training step 1" in page
+
+
+def test_the_checkpoint_before_a_collapse_is_the_last_complete_one_before_its_step(tmp_path):
+    """What `stop_on_collapse` puts the policy back to: never a checkpoint of the collapse's steps, never one whose
+    saving was cut off (trainer_state.json is written last)."""
+    for step in (1, 2, 3, 5):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        if step != 2:
+            (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+    assert train._last_checkpoint(tmp_path, before=4).name == "checkpoint-3"
+    assert train._last_checkpoint(tmp_path, before=3).name == "checkpoint-1"  # checkpoint-2 was cut off
+    assert train._last_checkpoint(tmp_path, before=1) is None
+    assert train._last_checkpoint(tmp_path).name == "checkpoint-5"

@@ -233,12 +233,11 @@ def _back_to_before_a_collapse(trainer, model, run: RunDir, log) -> None:
     collapse = next((c for c in trainer.callback_handler.callbacks if isinstance(c, CollapseMonitor)), None)
     if collapse is None or collapse.stopped_at_step is None:
         return
-    before = [c for c in run.checkpoints.glob("checkpoint-*") if int(c.name.split("-")[-1]) < collapse.since_step]
-    if not before:
+    last = _last_checkpoint(run.checkpoints, before=collapse.since_step)
+    if last is None:
         log(f"collapse: no checkpoint was saved before step {collapse.since_step} ([training] save_steps = "
             f"{trainer.args.save_steps}); the policy stays the collapsed one")
         return
-    last = max(before, key=lambda c: int(c.name.split("-")[-1]))
     _load_adapter_weights(model, last)
     log(f"collapse: the policy is {last.name}'s again, the last checkpoint before the collapse")
 
@@ -267,10 +266,12 @@ def _checkpoint_step(path: Path) -> int:
     return int(path.name.split("-")[-1])
 
 
-def _last_checkpoint(folder: Path) -> Path | None:
-    """The checkpoint with the highest step that was written completely (trainer_state.json is saved last)."""
+def _last_checkpoint(folder: Path, *, before: int | None = None) -> Path | None:
+    """The checkpoint with the highest step (below `before`, when given) that was written completely
+    (trainer_state.json is saved last)."""
     steps = [(_checkpoint_step(p), p) for p in folder.glob("checkpoint-*")
              if p.name.split("-")[-1].isdigit() and (p / "trainer_state.json").exists()]
+    steps = [(step, p) for step, p in steps if before is None or step < before]
     return max(steps)[1] if steps else None
 
 
