@@ -89,13 +89,31 @@ def build(path: str, model, processor, data, out: Path, length: int, steps: int)
     config = cfg.preset("tiny")
     t = config.training
     t.per_device_train_batch_size, t.gradient_accumulation_steps = 4, COMPLETIONS // 4  # the 8B preset's
-    t.num_generations, t.generation_batch_size = 4, 16
+    t.num_generations, t.generation_batch_size = 4, ARGS.generation_batch
     t.max_completion_length, t.max_steps, t.learning_rate = length, steps, 5e-6
     t.save_steps, t.logging_steps = 10_000, 1
     t.importance_sampling_correction = "token" if path == "vlrl" else "off"  # the preset's; refused on Unsloth
     config.model.backend = "unsloth" if path == "vlrl-unsloth" else "transformers"
     config.data.max_prompt_tokens = 512
     return train.build_trainer(config, model, processor, data, out)
+
+
+def even_share(completions, completion_ids, **_):
+    """A reward with variance on random weights: the share of a completion's tokens whose id is even. The recipe's
+    rewards are all 0 there (no answer tags), so advantages, loss and the LoRA gradients would be 0 by construction
+    and the adapter untrained; with this reward they are not, on every path alike."""
+    return [sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1) for ids in completion_ids]
+
+
+def with_varied_reward(trainer):
+    """`trainer` (TRL's GRPOTrainer, Unsloth's or vlrl's) with `even_share` added beside its rewards, weight 1."""
+    import torch
+
+    trainer.reward_funcs.append(even_share)
+    trainer.reward_func_names.append("even_share")
+    trainer.reward_processing_classes.append(None)
+    trainer.reward_weights = torch.cat([trainer.reward_weights, torch.ones(1)])
+    return trainer
 
 
 def measure(path: str, model, processor, length: int, steps: int, warmup: int, out_dir: Path) -> dict:
@@ -105,6 +123,8 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
 
     data = dataset(COMPLETIONS * steps // 4 + 8)
     trainer = build(path, model, processor, data, out_dir / f"run-{path}-{length}", length, steps)
+    if ARGS.varied_reward:
+        with_varied_reward(trainer)
     timer, clock = Timer(), []
     trainer.add_callback(step_clock(timer, clock, lambda done: say(
         f"{path} {length}: step {len(done)} {done[-1]['step_s']:.1f} s "
@@ -131,6 +151,7 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
         "max_allocated_gib": max(s["max_allocated_gib"] for s in clock),
         "rollout_train_kl": pick("sampling/rollout_train_kl"), "loss": pick("loss"), "grad_norm": pick("grad_norm"),
         "trainer_class": type(trainer).__name__, "torch": torch.__version__,
+        "decoder": decoder(trainer, model),
     }
     if path == "vlrl-unsloth" and length == max(ARGS.lengths):
         from vlrl.export.adapter import export_adapter
@@ -138,6 +159,14 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
         result["adapter"] = export_adapter(model, processor, out_dir / "adapter-vlrl-unsloth", log=say)
     del trainer
     return result
+
+
+def decoder(trainer, model) -> str | None:
+    """The engine's path for the trainer's rollouts (`vlrl.engine.decoder_of`), None where TRL or Unsloth decode."""
+    from vlrl import engine
+
+    decoding = getattr(trainer, "rollout_decoding", None)
+    return engine.decoder_of(model, decoding) if decoding is not None else None
 
 
 def repro(checkpoints: Path, out_dir: Path) -> dict:
@@ -205,9 +234,9 @@ def main() -> None:
         model, processor = load_model(str(checkpoint), load_in_4bit=True, max_seq_length=2048,
                                       lora=LoraSettings(r=16, alpha=16),
                                       backend="unsloth" if ARGS.path == "vlrl-unsloth" else "transformers")
-    for length in ARGS.lengths:
-        steps = ARGS.steps if ARGS.path != "trl" else 1  # plain TRL: eager, nothing to compile, one step
-        warmup = 0 if ARGS.path == "trl" else ARGS.warmup
+    for i, length in enumerate(ARGS.lengths):
+        steps = ARGS.steps[min(i, len(ARGS.steps) - 1)] if ARGS.path != "trl" else 1  # plain TRL: eager, one step
+        warmup = ARGS.warmup if steps > ARGS.warmup else 0
         try:
             result = measure(ARGS.path, model, processor, length, steps, warmup, out_dir)
         except Exception as err:  # noqa: BLE001 - a failing length is a result too
@@ -223,7 +252,11 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--path", required=True, choices=["unsloth", "vlrl-unsloth", "vlrl", "trl", "repro"])
     p.add_argument("--lengths", type=int, nargs="+", default=[256, 1024])
-    p.add_argument("--steps", type=int, default=2, help="optimizer steps per length (plain TRL: 1)")
+    p.add_argument("--steps", type=int, nargs="+", default=[2],
+                   help="optimizer steps at each length, the last value for the rest (plain TRL: 1)")
+    p.add_argument("--varied-reward", action=argparse.BooleanOptionalAction, default=True,
+                   help="add `even_share` beside the recipe's rewards (random weights score 0 on those alone)")
+    p.add_argument("--generation-batch", type=int, default=16, help="vlrl paths: rows decoded at once (the preset's 16)")
     p.add_argument("--warmup", type=int, default=1, help="first steps left out of the medians (compiling)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/unsloth")

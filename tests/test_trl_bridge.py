@@ -46,6 +46,20 @@ def test_a_hook_whose_parameters_changed_is_named_with_what_it_takes_now():
     assert "'fields'" in message  # what it takes now
 
 
+def test_a_subclass_of_trls_trainer_passes_on_what_its_bases_set():
+    # Unsloth's UnslothGRPOTrainer subclasses TRL's; its own source sets none of the attributes vlrl reads (on the GPU
+    # machine the check read only the subclass's source and refused Unsloth's trainer: "no GRPOTrainer._metrics")
+    from trl import GRPOTrainer
+
+    from vlrl.training import trl_bridge
+
+    class Patched(GRPOTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    trl_bridge.check(Patched)
+
+
 def test_the_installed_trl_passes_and_a_setting_no_mixin_reads_is_refused():
     from trl import GRPOTrainer
 

@@ -68,8 +68,10 @@ def budget_of(processor, budget: int) -> Budget | None:
 def decoding_for(model, processor, *, max_new_tokens: int, temperature: float = 0.0, thinking_budget: int = 0,
                  static: bool = True, record_logps: bool = False) -> Decoding:
     """The `Decoding` of a model and processor: its stop tokens, the vision placeholders suppressed, its pad token,
-    the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend,
-    which patches generation its own way; under FSDP or ZeRO-3 the processes stop together (`Decoding.synced`)."""
+    the thinking budget; `static` (a static KV cache and compiled decoding on a GPU) is off on the Unsloth backend:
+    Unsloth compiles each decoder block itself, and with the engine's compiled decode beside it the first 8B step at
+    256 tokens took 761 s against 256 s dynamic (bench/results/unsloth.md); under FSDP or ZeRO-3 the processes stop
+    together (`Decoding.synced`)."""
     from vlrl.model.loading import backend_of
 
     stops = stop_ids(model, processor)

@@ -134,9 +134,9 @@ def choose_backend(backend: str = "auto", *, cuda: bool | None = None, unsloth_i
     """The backend a run uses: "unsloth" or "transformers".
 
     "auto" picks transformers (+ PEFT, bitsandbytes 4-bit and vlrl's compiled rollouts on CUDA), the fastest path
-    measured (bench/results/unsloth.md, Qwen3-VL-8B shape in 4-bit at 256 tokens: Unsloth's own configuration 145.7
-    completion tokens/s, vlrl on Unsloth 58.5; this path 806 in bench/results/engine.md). Unsloth stays one setting
-    away (`backend = "unsloth"`). A named backend is used as given, or refused with the reason when it cannot run.
+    measured at the Qwen3-VL-8B shape in 4-bit (bench/results/unsloth.md): 517 and 857 completion tokens/s at 256 and
+    1,024 tokens, against Unsloth's own notebook configuration at 146 and vlrl on Unsloth at 59 (256 tokens). Unsloth
+    stays one setting away (`backend = "unsloth"`). A named backend is used as given, or refused with the reason when it cannot run.
     `cuda` and `unsloth_installed` default to what this machine has.
 
     >>> choose_backend("auto", cuda=True, unsloth_installed=True), choose_backend("auto", cuda=False)

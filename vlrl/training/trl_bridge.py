@@ -73,6 +73,13 @@ def _missing(name: str, detail: str) -> TrlSurfaceError:
                            "TRL version vlrl supports (pyproject.toml lists them).")
 
 
+def _source(cls: type) -> str:
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):  # a class without Python source (object)
+        return ""
+
+
 def check(trainer: type = GRPOTrainer) -> None:
     """Raises `TrlSurfaceError` on the first private method, attribute or helper vlrl relies on that `trainer` (TRL's
     GRPOTrainer) or TRL's modules lack, or a hooked method that no longer takes what vlrl passes it."""
@@ -87,7 +94,7 @@ def check(trainer: type = GRPOTrainer) -> None:
         absent = [p for p in wanted if p not in parameters and not takes_any]
         if absent:
             raise _missing(f"GRPOTrainer.{name} parameter {absent[0]!r}", f"it takes {tuple(parameters)[1:]}")
-    source = inspect.getsource(trainer)
+    source = "".join(_source(cls) for cls in trainer.__mro__)  # Unsloth's trainer subclasses TRL's
     for name in ATTRIBUTES:
         if f"self.{name} =" not in source:
             raise _missing(f"GRPOTrainer.{name}", "an attribute GRPOTrainer sets that vlrl reads")
