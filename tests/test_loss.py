@@ -127,6 +127,9 @@ def tiny_trainer(tiny_dir, tmp_path_factory):
     torch.manual_seed(0)
     batch = trainer.generate_and_score([rows[i] for i in (0, 1) for _ in range(4)])
     batch["advantages"] = torch.linspace(-1, 1.5, 8)  # any advantages (the tiny model's rewards may all tie)
+    lengths = batch["completion_mask"].sum(1) - 2 * torch.arange(8)  # completions of 8 lengths, as if they stopped
+    kept = torch.arange(batch["completion_mask"].size(1)) < lengths[:, None]
+    batch["completion_mask"] = batch["completion_mask"] * kept
     policy.train()
     trainer.current_gradient_accumulation_steps = 2  # what the training loop sets
     trainer.epsilon_low = trainer.epsilon_high = 0.01  # a clip range the rollout's drift below crosses for some
