@@ -200,6 +200,20 @@ def test_preset_round_trips_through_its_toml(name, tmp_path):
     assert cfg.load(tmp_path / "run.toml") == preset
 
 
+@pytest.mark.parametrize("name", cfg.presets())
+def test_a_preset_states_only_what_it_changes(name):
+    """The recipe's values are defined once (`recipe.TRAINING_DEFAULTS`, read by the [training] section's defaults): a
+    preset that restated one would keep its copy when the recipe moved. `recipe` itself is the preset's choice."""
+    from vlrl.config.sections import TrainingConfig
+
+    text = (ROOT / "vlrl" / "presets" / f"{name}.toml").read_text()
+    defaults = TrainingConfig()
+    assert defaults.learning_rate == gspo.TRAINING_DEFAULTS["learning_rate"]  # the section reads the recipe's
+    restated = {key: value for key, value in tomllib.loads(text).get("training", {}).items()
+                if key != "recipe" and getattr(defaults, key) == value}
+    assert not restated, f"{name} sets [training] keys to the recipe's own values: {restated}"
+
+
 def test_presets_validate_offline_without_loading_torch_or_a_model():
     code = ("import sys; from vlrl import config; [config.preset(p) for p in config.presets()]; "
             "heavy = {'torch', 'transformers', 'trl', 'unsloth'} & set(sys.modules); assert not heavy, heavy")
@@ -369,13 +383,13 @@ def test_the_crafter_presets_say_what_a_step_holds(name, tmp_path):
 
     path = ROOT / "vlrl" / "presets" / f"{name}.toml"
     text = path.read_text()
-    t = tomllib.loads(text)["training"]
+    t = cfg.preset(name).training  # the recipe's values where the preset leaves them
     assert "micro-batch" not in text
     claimed = re.search(r"(\d+) x (\d+) = (\d+) episodes per optimizer step = (\d+) seeds x (\d+) episodes", text)
     assert claimed, "the accumulation comment states the step's episodes"
     per_device, accumulation, episodes, seeds, group = map(int, claimed.groups())
-    assert (per_device, accumulation, group) == (t["per_device_train_batch_size"], t["gradient_accumulation_steps"],
-                                                 t["num_generations"])
+    assert (per_device, accumulation, group) == (t.per_device_train_batch_size, t.gradient_accumulation_steps,
+                                                 t.num_generations)
     args = train.grpo_args(cfg.preset(name), tmp_path)
     assert args.per_device_train_batch_size * args.steps_per_generation == episodes == seeds * group
 

@@ -12,13 +12,13 @@ what the turn's own forward would. Everything after that is TRL's and the recipe
 sequence-level ratio (one sequence per turn), clipping, the optimizer, schedule, warmup and weight decay, gradient
 clipping, `num_iterations` ([env] updates_per_rollout), checkpoints and exact resume, trackers, `accelerate launch`; and
 vlrl's trainer services (`vlrl.training.train.build_trainer`): train_log.jsonl, the degeneration monitor, the rollout/training
-mismatch and its correction.
+mismatch and its correction, the GSPO loss (`vlrl.training.loss`).
 
 One thing TRL's batch cannot do is bound a forward pass's memory by tokens: a step's turns vary in number and length (a
 16-turn Crafter episode is 16 rows of ~2,000 tokens). So each micro-batch (whole segments, about as many turns in each)
-is split into passes of at most `pass_tokens` tokens (padding included), each pass's loss computed by TRL's
-`policy_loss` and weighted so the passes add up to the micro-batch's loss under the recipe's reduction
-(`pass_weight`), the gradients of all but the last pass accumulated without a cross-process sync. Under several
+is split into passes of at most `pass_tokens` tokens (padding included), each pass's loss computed by the trainer's
+`policy_loss` (`vlrl.training.loss.gspo_loss`) with a weight that makes the passes add up to the micro-batch's loss
+under the recipe's reduction (`pass_weight`), the gradients of all but the last pass accumulated without a cross-process sync. Under several
 processes every process runs the same number of passes (shorter lists padded with zero-weight passes), as TRL's loss
 takes part in collective calls.
 """
@@ -36,12 +36,7 @@ from vlrl.base.errors import ConfigError, EnvError
 from vlrl.episodes import scoring
 from vlrl.episodes.rollout import play, summary
 from vlrl.training import dynamic_sampling as redraw
-
-# TRL's loss types by what their reduction divides by: completions (rows), completion tokens of the micro-batch,
-# or a count over the whole generation batch that every pass shares
-ROW_REDUCED = ("grpo", "dr_grpo", "sapo", "luspo")
-TOKEN_REDUCED = ("bnpo",)
-BATCH_REDUCED = ("dapo", "cispo", "vespo")
+from vlrl.training.loss import REDUCTIONS
 
 
 def seed_dataset(seeds: list[int]):
@@ -160,21 +155,20 @@ def split_turns(segments: list[list[dict]], parts: int) -> list[list[list[dict]]
 
 
 def pass_weight(loss_type: str, rows: int, tokens: int, micro_rows: int, micro_tokens: int) -> float:
-    """What a pass's loss (TRL's, over the pass alone) is multiplied by so that the passes of a micro-batch add up to
-    TRL's loss over the whole micro-batch.
+    """What a pass's loss (over the pass alone) is multiplied by so that the passes of a micro-batch add up to the
+    loss over the whole micro-batch: by the share of its rows, of its tokens, or 1 for a count every pass shares
+    (`vlrl.training.loss.REDUCTIONS`).
 
     >>> pass_weight("dr_grpo", 2, 30, 8, 100), pass_weight("bnpo", 2, 30, 8, 100), pass_weight("dapo", 2, 30, 8, 100)
     (0.25, 0.3, 1.0)
     """
-    if loss_type in ROW_REDUCED:
+    reduction = REDUCTIONS.get(loss_type)
+    if reduction is None:
+        raise ConfigError(f"loss type {loss_type!r}: vlrl's loss does not compute it, so an episode run cannot split "
+                          f"its micro-batches into passes; use one of {', '.join(REDUCTIONS)}.")
+    if reduction == "rows":
         return rows / max(1, micro_rows)
-    if loss_type in TOKEN_REDUCED:
-        return tokens / max(1, micro_tokens)
-    if loss_type in BATCH_REDUCED:
-        return 1.0
-    known = ", ".join(ROW_REDUCED + TOKEN_REDUCED + BATCH_REDUCED)
-    raise ConfigError(f"loss type {loss_type!r}: vlrl does not know how TRL reduces it, so an episode run cannot split "
-                      f"its micro-batches into passes; use one of {known}.")
+    return tokens / max(1, micro_tokens) if reduction == "tokens" else 1.0
 
 
 class EpisodeRollouts:
@@ -193,13 +187,6 @@ class EpisodeRollouts:
     _merged = None  # the pass being scored: its segments' forward (`vlrl.episodes.scoring.merged_inputs`)
     dynamic_sampling = 0  # more draws a step for groups whose returns are all equal (`vlrl.training.dynamic_sampling`)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        if self.aux_loss_enabled:
-            raise ConfigError("an episode run scores its turns through the language model's backbone "
-                              "(`vlrl.episodes.scoring`), which leaves out a Mixture-of-Experts router's auxiliary "
-                              "loss; set router_aux_loss_coef to 0 (the recipe's value) for an episode run.")
-
     def step_inputs(self, generation_batch):
         if not self.model.training:
             raise ConfigError("an episode run's trainer has no evaluation loop: its evals are `vlrl.run_episodes`'.")
@@ -209,20 +196,21 @@ class EpisodeRollouts:
         return self.buffered_batches[self.micro_step % self.args.steps_per_generation]
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The micro-batch's loss, pass by pass: every pass but the last is backpropagated here, without a sync of
-        the gradients across processes; the last one's loss is returned for the trainer's own backward."""
+        """The micro-batch's loss, pass by pass, each weighted by its `pass_weight` in the loss: every pass but the
+        last is backpropagated here, without a sync of the gradients across processes; the last one's loss is
+        returned for the trainer's own backward."""
         earlier = 0.0
         self._more_passes = True  # the mismatch metric is one value per step: summed until the last pass
         try:
             for chunk, weight in inputs["passes"][:-1]:
                 with self.accelerator.no_sync(model):
-                    loss = super().compute_loss(model, chunk) * weight
+                    loss = super().compute_loss(model, {**chunk, "pass_weight": weight})
                     self._pass_backward(loss, num_items_in_batch)
                 earlier += loss.detach()
         finally:
             self._more_passes = False
         chunk, weight = inputs["passes"][-1]
-        return super().compute_loss(model, chunk) * weight + earlier
+        return super().compute_loss(model, {**chunk, "pass_weight": weight}) + earlier
 
     def _pass_backward(self, loss, num_items_in_batch) -> None:
         """The trainer's own backward step for a loss (`transformers.Trainer.training_step`'s scaling)."""

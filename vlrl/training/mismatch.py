@@ -11,8 +11,9 @@ TRL corrects only vLLM rollouts. So on the transformers backend vlrl's trainer h
   thinking budget applied), one value per token: memory stays flat in completion length, and logs the seconds of
   each optimizer step spent generating (`rollout_time`, beside TRL's `step_time`; episode runs count their play);
 - logs the mismatch against the training forward at the rollout's weights (`METRICS`), once per optimizer step;
-- with `[training] importance_sampling_correction = "token"` or `"sequence"`, weights each token's loss by the
-  truncated ratio min(pi_train / pi_rollout, importance_sampling_cap), detached (`tis_weights`).
+- with `[training] importance_sampling_correction = "token"` or `"sequence"`, has the loss weight each token's loss
+  by the truncated ratio min(pi_train / pi_rollout, importance_sampling_cap), detached (`tis_weights`, applied by
+  `vlrl.training.loss.gspo_loss`).
 
     >>> train, rollout, mask = torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2)
     >>> tis_weights(train, rollout, mask, "token", cap=2.0)          # ratios e and 1; e is truncated to 2
@@ -125,18 +126,16 @@ def mismatch_metrics(sums: torch.Tensor, extremes: torch.Tensor) -> dict[str, fl
 
 
 class RolloutMismatch:
-    """Mixed into vlrl's trainer (`vlrl.training.trl_bridge.trainer_class`): generation returns each sampled token's
-    log-prob, the loss measures the mismatch and applies `importance_sampling_correction` ("off", "token" or
-    "sequence") truncated at `importance_sampling_cap`. With vLLM generation it stands aside: TRL records and corrects
-    those rollouts itself.
+    """Mixed into vlrl's trainer (`vlrl.training.trl_bridge.trainer_class`), outermost: generation returns each
+    sampled token's log-prob, and the loss's forward measures the mismatch. Its settings,
+    `importance_sampling_correction` ("off", "token" or "sequence") truncated at `importance_sampling_cap`, are
+    what the loss (`vlrl.training.loss.GspoLoss`) corrects with. With vLLM generation it stands aside: TRL records
+    and corrects those rollouts itself.
 
     Where the training log-probs come from: TRL computes them at the rollout's weights (`old_per_token_logps`) only
     when a rollout spans optimizer steps; otherwise the loss's own forward runs at those weights, and its detached
-    log-probs are the same numbers, without another forward pass. So the correction happens inside TRL's loss: the
-    loss's forward is intercepted, and the weight folded into that batch's advantages, which TRL reads right after
-    it. TRL's per-token loss is linear in the advantage for a non-negative weight (min(r A w, clip(r) A w) =
-    w min(r A, clip(r) A)), so this is exactly multiplying each token's loss by its weight, as TRL's vLLM correction
-    does.
+    log-probs are the same numbers, without another forward pass. So the loss's forward is intercepted
+    (`token_logps`) and measured there, once per micro-batch (or per pass of an episode run's micro-batch).
     """
 
     importance_sampling_correction = "off"
@@ -181,9 +180,9 @@ class RolloutMismatch:
     def policy_loss(self, model, inputs):
         if self.use_vllm or "sampling_per_token_logps" not in inputs:
             return super().policy_loss(model, inputs)
-        self._loss_inputs = dict(inputs)  # a copy: TRL hands the same buffered batch again when num_iterations > 1
+        self._loss_inputs = inputs  # measured against by the loss's forward (`token_logps`)
         try:
-            return super().policy_loss(model, self._loss_inputs)
+            return super().policy_loss(model, inputs)
         finally:
             self._loss_inputs = None
 
@@ -192,20 +191,19 @@ class RolloutMismatch:
             result = super().token_logps(model, *args, **kwargs)
         inputs, self._loss_inputs = self._loss_inputs, None
         if inputs is not None:  # the loss's own forward, at the current weights
-            self._correct(inputs, result[0].detach())
+            self._measure(inputs, result[0].detach())
         return result
 
-    def _correct(self, inputs: dict, current_logps: torch.Tensor) -> None:
+    def _measure(self, inputs: dict, current_logps: torch.Tensor) -> None:
+        """Adds the micro-batch's mismatch (and the weights the loss corrects it with) to the optimizer step's."""
         mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)  # as TRL's loss masks (tool results out)
         old = inputs.get("old_per_token_logps")
         train = current_logps if old is None else old  # at the rollout's weights either way
         rollout = inputs["sampling_per_token_logps"]
         weights = None
-        if self.importance_sampling_correction != "off":
+        if self.importance_sampling_correction != "off":  # what `gspo_loss` multiplies each token's loss by
             weights = tis_weights(train, rollout, mask, self.importance_sampling_correction,
                                   self.importance_sampling_cap)
-            advantages = inputs["advantages"]
-            inputs["advantages"] = (advantages.unsqueeze(1) if advantages.dim() == 1 else advantages) * weights
         if self.model.training:
             self._add(mismatch_totals(train, rollout, mask, self.importance_sampling_cap, weights))
 

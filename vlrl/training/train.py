@@ -32,7 +32,7 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import lengths
 from vlrl.model.loading import backend_of
-from vlrl.training import dynamic_sampling, episode_trainer, mismatch
+from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.training.collapse import CollapseMonitor
 
@@ -73,8 +73,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     """The GRPOTrainer for a RunConfig: vlrl's rewards (format watched by the degeneration monitor), the GSPO
     arguments, metrics appended to the run's train_log.jsonl, the engine's rollouts and the rollout/training mismatch
     measured every step (`vlrl.training.mismatch`; over Unsloth's trainer and loss `vlrl.training.unsloth_rollouts`),
-    on the transformers backend corrected as `[training] importance_sampling_correction` says: TRL's trainer with
-    vlrl's mixins, through `vlrl.training.trl_bridge`."""
+    on the transformers backend corrected as `[training] importance_sampling_correction` says in vlrl's GSPO loss
+    (`vlrl.training.loss`): TRL's trainer with vlrl's mixins, through `vlrl.training.trl_bridge`."""
     from trl import GRPOTrainer  # after load_model: with Unsloth active, this is Unsloth's patched trainer
 
     run, t = RunDir.of(run), config.training
@@ -99,11 +99,11 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
         settings = {"importance_sampling_correction": t.importance_sampling_correction,
                     "importance_sampling_cap": t.importance_sampling_cap, "dynamic_sampling": t.dynamic_sampling}
         if config.env.name:
-            mixins = (mismatch.RolloutMismatch, episode_trainer.EpisodeRollouts)
+            mixins = (mismatch.RolloutMismatch, episode_trainer.EpisodeRollouts, loss.GspoLoss)
             settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor,
                             collapse_monitor=collapse)
         else:
-            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws)
+            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss)
             settings.update(watchers=(monitor, collapse, step_line), rollout_decoding=rollout_decoding(
                 config, model, processor, train_dataset, args, fast_generation))
         trainer = trl_bridge.trainer_class(GRPOTrainer, mixins)(**given, settings=settings)

@@ -17,7 +17,7 @@ TRL's own through `super()`:
 | `generate_and_score` | `_generate_and_score_completions` | dynamic sampling's redraws |
 | `score_rewards` | `_calculate_rewards` | the weighted rewards dynamic sampling reads |
 | `step_inputs` | `_prepare_inputs` | an episode run's batch (`buffered_batches`, `micro_step`) |
-| `policy_loss` | `_compute_loss` | the rollout/training mismatch and its correction; an episode pass's forward |
+| `policy_loss` | `_compute_loss` | vlrl's GSPO loss (`vlrl.training.loss`), the mismatch measured on its forward |
 | `token_logps` | `_get_per_token_logps_and_entropies` | placeholders masked; an episode segment's one forward |
 
 TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md says why they do
