@@ -71,7 +71,7 @@ def test_the_run_files_training_defaults_are_the_recipes():
     values = gspo.gspo_values()
     for key, default in gspo.TRAINING_DEFAULTS.items():
         assert fields[key] == default == values[key], key
-    assert set(gspo.TRAINING_DEFAULTS) == {k for k in fields if k in values and k != "weight_decay"} - {"optim"}
+    assert set(gspo.TRAINING_DEFAULTS) == {k for k in fields if k in values} - {"optim", "weight_decay", "warmup_steps"}
 
 
 def test_recipe_values_are_what_the_trainer_receives(tmp_path):
@@ -85,6 +85,19 @@ def test_recipe_values_are_what_the_trainer_receives(tmp_path):
     assert (args.save_steps, args.seed, args.output_dir) == (t.save_steps, t.seed, str(tmp_path / "checkpoints"))
     assert args.save_only_model is False  # checkpoints keep the optimizer and RNG state for --resume
     assert grpo_args(cfg.preset("tiny", overrides=["training.optim=sgd"]), tmp_path).optim == "sgd"
+
+
+def test_warmup_steps_reach_the_trainer(tmp_path):
+    """The recipe's warm-up is 10% of the steps, rounded up: step 1 of grid-tiny's 8 runs at learning rate 0;
+    [training] warmup_steps = 0 trains from the first step, and a whole number is a count of steps."""
+    from vlrl.training.train import grpo_args
+
+    assert grpo_args(cfg.preset("grid-tiny"), tmp_path).get_warmup_steps(8) == 1
+    assert grpo_args(cfg.preset("grid-tiny", overrides=["training.warmup_steps=0"]), tmp_path).get_warmup_steps(8) == 0
+    assert grpo_args(cfg.preset("tiny", overrides=["training.warmup_steps=3"]), tmp_path).get_warmup_steps(8) == 3
+    for bad in ("2.5", "-0.5"):
+        with pytest.raises(cfg.ConfigError, match=f"warmup_steps = {bad} must be a share of the steps"):
+            cfg.preset("tiny", overrides=[f"training.warmup_steps={bad}"])
 
 
 def test_trackers_are_the_integrations_transformers_reports_to():

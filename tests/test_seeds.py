@@ -82,3 +82,27 @@ def test_the_cli_compares_run_directories(tmp_path, capsys):
     assert json.loads((tmp_path / "seeds.json").read_text())["pooled"]["significant"] == 3
     assert cli.main(["compare", runs[0], runs[1], str(tmp_path / "seed0" / "eval_after.jsonl")]) == 1
     assert "run directories alone" in capsys.readouterr().err
+
+
+def test_the_committed_seed_runs_are_what_seeds_json_says():
+    """bench/results/seeds.json (issue 49): each demonstration's training seeds point to committed before and after
+    records that keep their ids and outcomes, every seed of a demonstration on the same held-out items, and the
+    figures it lists are the comparison of those records."""
+    from pathlib import Path
+
+    from vlrl.evaluation.compare import compare
+    from vlrl.evaluation.records import read_records
+
+    root = Path(__file__).resolve().parent.parent
+    entries, items = json.loads((root / "bench" / "results" / "seeds.json").read_text()), {}
+    for e in entries:
+        before, after = (read_records(root / e[side]) for side in ("before", "after"))
+        outcome = "success" if e["metric"] == "success" else "correct"
+        assert all("id" in r and outcome in r for r in before + after), e["before"]
+        ids = {r["id"] for r in before}
+        assert ids == {r["id"] for r in after} == items.setdefault(e["demo"], ids), e["after"]
+        c = compare(before, after)
+        assert (c["n_paired"], c[f"{e['metric']}_before"], c[f"{e['metric']}_after"], c["mcnemar_p"]) == \
+            (e["n_paired"], e["before_rate"], e["after_rate"], e["mcnemar_p"]), e["demo"]
+    grid = [e for e in entries if e["demo"] == "grid"]
+    assert sorted(e["seed"] for e in grid) == list(range(5)) and {e["n_paired"] for e in grid} == {200}

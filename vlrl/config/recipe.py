@@ -40,6 +40,7 @@ RECIPES = {
 }
 
 WEIGHT_DECAY = 0.1  # Unsloth's GSPO notebook value (TRL 0.0, Unsloth 0.001: stated, so both agree)
+WARMUP_STEPS = 0.1  # a share of the steps (transformers 5 reads a value below 1 so); Unsloth's default
 
 # The recipe's values that a run file's [training] can also set: the one place each default lives (the section's
 # dataclass, `vlrl.config.sections.TrainingConfig`, reads them here; a preset states only what it changes).
@@ -103,7 +104,7 @@ def gspo_values(recipe: str = "gspo", **overrides) -> dict:
         output_dir="runs/gspo",
         **TRAINING_DEFAULTS,
         lr_scheduler_type="cosine",
-        warmup_steps=0.1,  # a fraction below 1 is a ratio of the total steps (transformers 5); Unsloth's default
+        warmup_steps=WARMUP_STEPS,  # its first step runs at learning rate 0; [training] warmup_steps sets another
         optim=machine["optim"],  # the 8-bit AdamW where it can run (`machine_choices` says why, in the run's log)
         weight_decay=WEIGHT_DECAY,
         max_grad_norm=0.1,  # RL gradients are noisy; clip hard

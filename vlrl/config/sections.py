@@ -87,6 +87,10 @@ class TrainingConfig:
     # The optimizer's weight decay; -1: the recipe's (0.1, chosen with AdamW at a learning rate near 5e-6). SGD at a
     # large learning rate wants 0: decay shrinks every weight by learning_rate x weight_decay each step
     weight_decay: float = -1.0
+    # The learning-rate warm-up: a value below 1 is a share of the steps, 1 or more a number of steps; -1: the
+    # recipe's 0.1. A warm-up's first step runs at learning rate 0 (on grid-tiny's 8 steps, none was not better:
+    # bench/results/seeds.md)
+    warmup_steps: float = -1.0
     # Dynamic sampling (DAPO): up to this many more draws a step for groups whose rewards are all equal (they teach
     # nothing), single-turn and episode runs alike (vlrl.training.dynamic_sampling). 0: off; the share is logged either way
     dynamic_sampling: int = 0

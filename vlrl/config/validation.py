@@ -44,7 +44,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     `num_processes` (default: this launch's, `vlrl.base.distributed.world_size()`) enters the batch rules.
     """
     from vlrl.base.synthetic import ALL_TASKS
-    from vlrl.config.recipe import RECIPES, WEIGHT_DECAY
+    from vlrl.config.recipe import RECIPES, WARMUP_STEPS, WEIGHT_DECAY
 
     processes = num_processes or world_size()
     t, m, d, e = config.training, config.model, config.data, config.eval
@@ -150,6 +150,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             f"{' (the recipe' + chr(39) + 's)' if t.weight_decay == -1 else ''} shrinks every trained weight by "
             f"{min(1.0, t.learning_rate * decay):.0%} a step; set [training] weight_decay = 0 (or a value whose "
             "product with the learning rate is small).")
+    if t.warmup_steps != -1 and (t.warmup_steps < 0 or t.warmup_steps >= 1 and t.warmup_steps != int(t.warmup_steps)):
+        add(f"[training] warmup_steps = {t.warmup_steps} must be a share of the steps in [0, 1), a whole number of "
+            f"steps, or -1 for the recipe's ({WARMUP_STEPS}).")
     top = 100 if t.optim == "sgd" else 1  # SGD's step is the learning rate times the (clipped) gradient
     if not 0 < t.learning_rate < top:
         add(f"[training] learning_rate = {t.learning_rate} must be in (0, {top}); the recipe uses 5e-6.")

@@ -50,6 +50,8 @@ def grpo_args(config: RunConfig, run: str | Path | RunDir):
         extra["optim"] = t.optim
     if t.weight_decay >= 0:  # else the recipe's
         extra["weight_decay"] = t.weight_decay
+    if t.warmup_steps >= 0:  # else the recipe's
+        extra["warmup_steps"] = int(t.warmup_steps) if t.warmup_steps >= 1 else t.warmup_steps
     args = gspo_config(
         output_dir=str(run.checkpoints), recipe=t.recipe, learning_rate=t.learning_rate,
         per_device_train_batch_size=t.per_device_train_batch_size,
