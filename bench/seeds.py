@@ -1,7 +1,9 @@
 """Commits one demonstration's runs under several training seeds (issue 49): each run's eval records, slimmed, under
-bench/results/seeds/DEMO/seed-S/{before,after}.jsonl, its small files packed into run.json beside them, its entries in
-bench/results/seeds.json (the paths, the figures recomputed from the committed records) and the pooled comparison of
-`vlrl compare RUN_DIR...` in bench/results/seeds/DEMO/compare.json; prints the per-seed table for seeds.md.
+bench/results/seeds/DEMO/ (`after-S.jsonl` per training seed; one `before.jsonl` when every run's baseline records are
+the same, as they are when the runs share the model, warm start and held-out set, else `before-S.jsonl`), each run's
+small files packed under its seed in runs.json beside them with the pooled comparison of `vlrl compare RUN_DIR...`
+(key "compare"), its entries in bench/results/seeds.json (the paths, the figures recomputed from the committed
+records); prints the per-seed table for seeds.md.
 
     python bench/seeds.py grid runs/grid-0 runs/grid-1 runs/grid-2 runs/grid-3 runs/grid-4 \\
         --command "vlrl run --config bench/learning/grid-200.toml --set training.seed={seed} --run-dir runs/grid-{seed}"
@@ -17,6 +19,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from results_io import pack  # bench/ is on sys.path when run as a script
@@ -61,25 +64,31 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", help="run directories of one configuration, one per training seed")
     parser.add_argument("--command", required=True, help="the command of one run, {seed} for its training seed")
     args = parser.parse_args(argv)
-    out, entries = RESULTS / "seeds" / args.demo, []
-    for path in args.runs:
-        run = RunDir.of(path)
+    out, entries, packed = RESULTS / "seeds" / args.demo, [], {}
+    out.mkdir(parents=True, exist_ok=True)
+    runs = sorted((RunDir.of(path) for path in args.runs), key=lambda run: run.config.training.seed)
+    slimmed = {run.config.training.seed: {side: "".join(json.dumps(slim(r), separators=(",", ":")) + "\n"
+                                                       for r in read_records(records))
+                                          for side, records in (("before", run.eval_before), ("after", run.eval_after))}
+               for run in runs}
+    shared = len({text["before"] for text in slimmed.values()}) == 1
+    for run in runs:
         seed = run.config.training.seed
-        folder = out / f"seed-{seed}"
-        folder.mkdir(parents=True, exist_ok=True)
-        for side, records in (("before", run.eval_before), ("after", run.eval_after)):
-            lines = [json.dumps(slim(r), separators=(",", ":")) for r in read_records(records)]
-            (folder / f"{side}.jsonl").write_text("\n".join(lines) + "\n")
+        before = out / ("before.jsonl" if shared else f"before-{seed}.jsonl")
+        after = out / f"after-{seed}.jsonl"
+        before.write_text(slimmed[seed]["before"])
+        after.write_text(slimmed[seed]["after"])
         log = Path(f"{run.path}.log")  # the run's own output, where the runs' script put it
         if log.exists():
             shutil.copy(log, run.path / "run.log")
-        pack(run.path, folder / "run.json")
-        before, after = folder / "before.jsonl", folder / "after.jsonl"
+        with tempfile.TemporaryDirectory() as scratch:
+            packed[f"seed-{seed}"] = pack(run.path, Path(scratch) / "run.json")
         entries.append({"demo": args.demo, "seed": seed, "before": before.relative_to(ROOT).as_posix(),
-                        "after": after.relative_to(ROOT).as_posix(), "run": (folder / "run.json").relative_to(ROOT)
-                        .as_posix(), **figures(before, after), "command": args.command.format(seed=seed)})
+                        "after": after.relative_to(ROOT).as_posix(), "run": (out / "runs.json").relative_to(ROOT)
+                        .as_posix(), "run_key": f"seed-{seed}", **figures(before, after),
+                        "command": args.command.format(seed=seed)})
     pooled = compare_runs(args.runs)
-    (out / "compare.json").write_text(json.dumps(pooled, indent=2) + "\n")
+    (out / "runs.json").write_text(json.dumps({**packed, "compare": pooled}, indent=1, ensure_ascii=False) + "\n")
     index = RESULTS / "seeds.json"
     kept = [e for e in json.loads(index.read_text()) if e["demo"] != args.demo] if index.exists() else []
     index.write_text(json.dumps(kept + sorted(entries, key=lambda e: e["seed"]), indent=1) + "\n")
