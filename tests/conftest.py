@@ -46,6 +46,19 @@ def pytest_collection_modifyitems(config, items):
     (`make test-fast`) never builds a run. The order of what is left is `Order`'s."""
     for item in _readers(items):
         item.add_marker(pytest.mark.slow)
+    refused = _head_lora_refused()
+    for item in items:
+        if refused and item.get_closest_marker("head_lora"):
+            item.add_marker(pytest.mark.skip(reason=refused))
+
+
+def _head_lora_refused() -> str | None:
+    """The one line vlrl says where the installed TRL refuses a LoRA on the output layer (TRL >= 1.16), else None."""
+    from types import SimpleNamespace
+
+    from vlrl.config.validation import head_adapter_problem
+
+    return head_adapter_problem(SimpleNamespace(lora_targets="head"))
 
 
 def _readers(items) -> list:

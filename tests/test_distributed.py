@@ -173,6 +173,7 @@ def test_two_processes_match_one_process_and_resume_to_the_same_adapter(two_proc
 
 
 @pytest.mark.slow
+@pytest.mark.head_lora  # grid-tiny's LoRA on the output layer
 def test_an_episode_run_trains_in_two_processes(tiny_dir, tmp_path):
     """`vlrl run` of a small grid run in 2 processes: each plays its half of every step's group and trains on it (the
     advantages over the whole group, gathered), the main process plays the evals and writes the run directory, and

@@ -116,6 +116,7 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.head_lora  # grid-tiny's LoRA on the output layer
 def test_an_episode_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     """Grid episodes without shaping on a 3x3 grid in 2 turns: the goal is 4 moves away, so every episode fails and
     every group, drawn first or again, is flat. All 3 draws are made and counted (their cost), none replaces a group,

@@ -461,7 +461,7 @@ def test_contexts_are_the_templates_tokens_with_each_reply_as_generated(tiny_bas
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("targets", ["layers", "head"])
+@pytest.mark.parametrize("targets", ["layers", pytest.param("head", marks=pytest.mark.head_lora)])
 def test_a_segments_forward_gives_each_turn_what_its_own_forward_gives(policy, tiny_base_dir, tmp_path, targets):
     """Turns scored one forward per segment (`vlrl.episodes.scoring`): each reply token's log-prob and entropy, and
     the gradient of their sum, as TRL's own forward over each turn's context and reply gives them; with the output
@@ -540,6 +540,7 @@ def test_reply_logps_through_the_chunked_output_layer_are_its_full_softmaxs(poli
 
 
 @pytest.mark.slow
+@pytest.mark.head_lora  # grid-tiny's LoRA on the output layer
 def test_an_interrupted_episode_run_resumes_to_the_uninterrupted_adapter(tmp_path):
     """Two steps uninterrupted, then the same run cut back to its first checkpoint (a kill right after it) and
     resumed by `vlrl train --resume`, which takes an episode run as it takes a single-turn one: the same adapter bit

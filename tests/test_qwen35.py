@@ -202,6 +202,7 @@ def test_vlrl_run_with_the_tiny_qwen35_presets(family, tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.head_lora  # grid-tiny's LoRA on the output layer
 def test_episode_run_on_the_grid_with_the_tiny_qwen35(tmp_path):
     from vlrl.evaluation.records import read_records
 
