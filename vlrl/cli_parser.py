@@ -135,7 +135,10 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
     i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")
     i.add_argument("--keep-aspect", action="store_true", help="pad to square instead of stretching")
-    i.add_argument("--max-images", type=int, default=1)
+    i.add_argument("--max-images", type=int, default=1, help="pictures kept per item; the rest dropped, counted")
+    i.add_argument("--min-pixels", type=int, default=0, help="with --processor: the pixel budget's lower bound")
+    i.add_argument("--max-pixels", type=int, default=0,
+                   help="with --processor: the pixel budget's upper bound (image tokens per item are shown)")
     i.add_argument("--prompt-key", help="the question column (default: the loader's)")
     i.add_argument("--answer-key", help="the answer column (default: the loader's)")
     i.add_argument("--image-key", action="append", help="an image column (repeatable; default: the loader's)")
