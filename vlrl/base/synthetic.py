@@ -4,7 +4,8 @@ Every item is drawn with PIL from a seed, so its gold answer is known exactly. T
 on these; so does the GPU learning demonstration. `difficulty` (1-3) widens value ranges and adds bars, points and
 shapes. `TASKS` (the default, which the tiny preset's warm start learned) are bar charts, circle counts and rectangle
 areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
-triangle angles: `generate(n, tasks="all")`.
+triangle angles: `generate(n, tasks="all")`. `MULTI_IMAGE_TASKS` show two charts per item (`images`, placed by the
+question's `<image>` markers): which one shows the larger value of a bar, and how much a bar changed between them.
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
@@ -20,6 +21,9 @@ from PIL import Image, ImageDraw, ImageFont
 TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangle_area")
 ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
                      "rectangle_perimeter", "triangle_angle")
+# Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS, whose items have one
+MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change")
+KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 
@@ -172,7 +176,7 @@ def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficult
         question, answer, reasoning = "What is the area of the rectangle in cm^2?", w * h, f"{w} * {h} = {w * h}."
         skills, unit = ["geometry reasoning"], "cm^2"
     else:
-        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(ALL_TASKS)}")
+        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(KNOWN_TASKS)}")
     return _item(task, question, image, answer, reasoning, skills, difficulty, unit=unit, choices=choices)
 
 
@@ -242,6 +246,28 @@ def _triangle_angle(rng, size, difficulty, high):
                  difficulty)
 
 
+def _two_charts(task, rng, size, difficulty, high):
+    """Two bar charts of the same bars, drawn from different values: the question needs both pictures (one alone
+    leaves a coin flip for "which" and nothing for "how much")."""
+    n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
+    first = [rng.randint(1, high) for _ in range(n_bars)]
+    second = [rng.randint(1, high) for _ in range(n_bars)]
+    i = rng.randrange(n_bars)
+    while second[i] == first[i]:
+        second[i] = rng.randint(1, high + 1)
+    a, v1, v2 = LABELS[i], first[i], second[i]
+    place = "The first chart: <image> The second chart: <image> "
+    if task == "two_chart_compare":
+        question = place + f"Which chart shows the larger value for bar {a}? Answer 1 for the first, 2 for the second."
+        answer = 1 if v1 > v2 else 2
+        reasoning = f"Bar {a} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
+    else:
+        question = place + f"How much did bar {a} change from the first chart to the second?"
+        answer, reasoning = v2 - v1, f"Bar {a} went from {v1} to {v2}: {v2} - {v1} = {v2 - v1}."
+    item = _item(task, question, _bar_chart(first, size), answer, reasoning, ["statistical reasoning"], difficulty)
+    return {**item, "images": [item["image"], _bar_chart(second, size)]}
+
+
 _EXTRA = {
     "bar_compare": _bar_compare,
     **{t: (lambda rng, size, d, high, t=t: _line(t, rng, size, d, high))
@@ -249,6 +275,7 @@ _EXTRA = {
     "count_squares": _count_squares,
     "rectangle_perimeter": _perimeter,
     "triangle_angle": _triangle_angle,
+    **{t: (lambda rng, size, d, high, t=t: _two_charts(t, rng, size, d, high)) for t in MULTI_IMAGE_TASKS},
 }
 
 
@@ -269,9 +296,9 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
     if difficulty not in (1, 2, 3):
         raise ValueError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
     tasks = ALL_TASKS if tasks == "all" else (tasks,) if isinstance(tasks, str) else tuple(tasks)
-    unknown = [t for t in tasks if t not in ALL_TASKS]
+    unknown = [t for t in tasks if t not in KNOWN_TASKS]
     if unknown or not tasks:
-        raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(ALL_TASKS)} or 'all'")
+        raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(KNOWN_TASKS)} or 'all'")
     rng = random.Random(seed)
     items = []
     for index in range(n):
