@@ -161,9 +161,10 @@ def parser() -> argparse.ArgumentParser:
                    help="K seeded samples per item (pass@1..pass@K; what GSPO optimizes) instead of greedy decoding")
     e.add_argument("--temperature", type=float, help="with --samples (default: the run's [eval] temperature, 1.0)")
     e.add_argument("--seed", type=int, help="with --samples: seeds the draws (default: the run's [eval] seed, 0)")
-    e.add_argument("--images", choices=("blank", "shuffled"),
-                   help="take the pictures away: each replaced by a blank one, or by another item's (does the gain "
-                        "need the picture? `vlrl compare` then reports what survives; writes eval_*_MODE.jsonl)")
+    e.add_argument("--images", choices=("blank", "shuffled", "first"),
+                   help="take the pictures away: each replaced by a blank one, or by another item's, or all but an "
+                        "item's first blanked (does the gain need the picture, or every picture? `vlrl compare` then "
+                        "reports what survives; writes eval_*_MODE.jsonl)")
     rp = _command(sub, "report", "report", "plots and a self-contained report.html for a run directory")
     _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
                 default_help="names runs/<its name>")
