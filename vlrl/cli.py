@@ -384,10 +384,12 @@ def _print_items(label: str, rows, n: int, processor) -> None:
     from vlrl.model import lengths, prompts
 
     for row in rows.select(range(min(n, len(rows)))):
-        sizes = ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}" for im in prompts.row_images(row, decode=True))
+        pictures = prompts.row_images(row, decode=True)
+        sizes = ("images " if len(pictures) > 1 else "image ") + ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}"
+                                                                         for im in pictures)
         tokens = f", {lengths.prompt_tokens(processor, row)} prompt tokens" if processor is not None else ""
         print(f"\n--- {label + ' ' if label else ''}{row['id']}: answer {row['answer']!r} ({row['question_type']}, "
-              f"{row['answer_type']}), image {sizes}{tokens}")
+              f"{row['answer_type']}), {sizes}{tokens}")
         print(prompts.render_prompt(row, processor))
 
 
