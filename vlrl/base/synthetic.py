@@ -35,13 +35,15 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
-def _bar_chart(values: list[int], size: int) -> Image.Image:
+def _bar_chart(values: list[int], size: int, scale_to: int | None = None) -> Image.Image:
+    """Bars labelled A, B, ... with their values; the tallest reaches the top, or with `scale_to` the value that does
+    (two charts drawn to one scale: their bars compare by height too)."""
     image = Image.new("RGB", (size, size), "white")
     draw = ImageDraw.Draw(image)
     font = _font(max(8, size // 12))
     top, bottom, left = size * 0.08, size * 0.85, size * 0.08
     width = (size - 2 * left) / len(values)
-    scale = (bottom - top) / max(max(values), 1)
+    scale = (bottom - top) / max(scale_to or max(values), 1)
     for i, value in enumerate(values):
         x0 = left + i * width + width * 0.15
         x1 = left + (i + 1) * width - width * 0.15
@@ -246,26 +248,49 @@ def _triangle_angle(rng, size, difficulty, high):
                  difficulty)
 
 
+def _one_bar(value: int, size: int, high: int, rng: random.Random) -> Image.Image:
+    """One bar of `value` on a scale up to `high`, at a drawn place, width and colour (so pictures rarely repeat)."""
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    bottom, top = size * 0.9, size * 0.1
+    width = size * rng.uniform(0.15, 0.3)
+    x0 = rng.uniform(size * 0.05, size * 0.95 - width)
+    draw.rectangle([x0, bottom - value * (bottom - top) / high, x0 + width, bottom], fill=rng.choice(COLORS))
+    draw.line([0, bottom, size, bottom], fill="black", width=1)
+    return image
+
+
 def _two_charts(task, rng, size, difficulty, high):
-    """Two bar charts of the same bars, drawn from different values: the question needs both pictures (one alone
-    leaves a coin flip for "which" and nothing for "how much")."""
-    n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
-    first = [rng.randint(1, high) for _ in range(n_bars)]
-    second = [rng.randint(1, high) for _ in range(n_bars)]
-    i = rng.randrange(n_bars)
-    while second[i] == first[i]:
-        second[i] = rng.randint(1, high + 1)
-    a, v1, v2 = LABELS[i], first[i], second[i]
+    """Two charts of the same bars, drawn from different values to one scale: the question needs both pictures (one
+    alone leaves a coin flip for "which" and nothing for "how much"). Difficulty 1 draws one bar a chart, at least a
+    third of the scale apart in "which", so the answer shows in the bars' heights."""
+    if difficulty == 1:
+        v1 = rng.randint(1, high)
+        v2 = rng.choice([v for v in range(1, high + 1) if abs(v - v1) >= high // 3] if task == "two_chart_compare"
+                        else [v for v in range(1, high + 1) if v != v1])
+        a, name = "A", "the bar"
+        pictures = [_one_bar(v1, size, high, rng), _one_bar(v2, size, high, rng)]
+    else:
+        n_bars = {2: 3, 3: 4}[difficulty]
+        first = [rng.randint(1, high) for _ in range(n_bars)]
+        second = [rng.randint(1, high) for _ in range(n_bars)]
+        i = rng.randrange(n_bars)
+        while second[i] == first[i]:
+            second[i] = rng.randint(1, high)
+        a, v1, v2 = LABELS[i], first[i], second[i]
+        name = f"bar {a}"
+        pictures = [_bar_chart(first, size, scale_to=high), _bar_chart(second, size, scale_to=high)]
     place = "The first chart: <image> The second chart: <image> "
     if task == "two_chart_compare":
-        question = place + f"Which chart shows the larger value for bar {a}? Answer 1 for the first, 2 for the second."
+        question = place + f"Which chart shows the larger value for {name}? Answer 1 for the first, 2 for the second."
         answer = 1 if v1 > v2 else 2
-        reasoning = f"Bar {a} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
+        reasoning = f"{name.capitalize()} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
     else:
-        question = place + f"How much did bar {a} change from the first chart to the second?"
-        answer, reasoning = v2 - v1, f"Bar {a} went from {v1} to {v2}: {v2} - {v1} = {v2 - v1}."
-    item = _item(task, question, _bar_chart(first, size), answer, reasoning, ["statistical reasoning"], difficulty)
-    return {**item, "images": [item["image"], _bar_chart(second, size)]}
+        question = place + f"How much did {name} change from the first chart to the second?"
+        answer = v2 - v1
+        reasoning = f"{name.capitalize()} went from {v1} to {v2}: {v2} - {v1} = {v2 - v1}."
+    item = _item(task, question, pictures[0], answer, reasoning, ["statistical reasoning"], difficulty)
+    return {**item, "images": pictures}
 
 
 _EXTRA = {
