@@ -24,8 +24,8 @@ RECORDS = ("eval_before", "eval_after", "eval_base_first", "eval_adapter_first")
 
 READING = """How to read it. Each row is `bench/learning/two-images.toml` (two_chart_compare: two one-bar charts, "which
 shows the larger value, 1 or 2"; 60 GSPO steps of 2 prompts x 8 samples at lr 1e-3 on CPU) with the tiny model's
-warm start at 150, 300 (`--set model.warm_start_steps=300 --set model.warm_start_items=4096`) or 600 supervised steps
-(the run file's). The pipeline holds end to end: two pictures per prompt decoded, trained on, recorded and shown.
+warm start at 150 (`--set model.warm_start_steps=150 --set model.warm_start_items=512`), 300 (`--set
+model.warm_start_steps=300`) or 600 supervised steps (the run file's). The pipeline holds end to end: two pictures per prompt decoded, trained on, recorded and shown.
 What does not hold is the issue's learning claim: GSPO gained nothing significant on any row. Below 600 warm steps
 the model answers "2" to every item (with or without its second picture), so every group's samples agree and GSPO has
 no signal; at 600 it reads both charts (98%, against 76% with the second blanked: the first chart's height alone
