@@ -263,6 +263,7 @@ def cmd_eval(args) -> int:
         path = args.model or warmstart.model_path(config, log=distributed.print_main)
     policy, processor = model.load_model(path, load_in_4bit=config.model.load_in_4bit,
                                          max_seq_length=config.model.max_seq_length, backend=config.model.backend)
+    run.set_budget(config, processor, log=distributed.print_main)
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
     policy = run.pack_base(config, policy, log=distributed.print_main)  # the weights the run's own evals decoded
@@ -299,7 +300,8 @@ def cmd_data_inspect(args) -> int:
     """A source as a run would load it (its DataReport and a few prompts as the model sees them), or, with --config /
     --preset, exactly the items the run trains and evaluates on."""
     from vlrl import data
-    from vlrl.model import lengths, prompts
+    from vlrl.base.images import undecoded
+    from vlrl.model import lengths, pixel_budget, prompts
 
     if args.config or args.preset:
         return _inspect_run(args)
@@ -309,10 +311,12 @@ def cmd_data_inspect(args) -> int:
         raise ConfigError("vlrl data inspect needs a source (a hub id, a directory or file, or 'synthetic') or "
                           "--config / --preset to show a run's items.")
     processor = _processor(args.processor)
+    if processor is not None and (args.min_pixels or args.max_pixels):
+        pixel_budget.set_pixel_budget(processor, args.min_pixels, args.max_pixels)
     loader = data.loader_name(args.source) if args.loader == "auto" else args.loader
     if loader == "synthetic":
         rows, report = data.load_synthetic(args.num_items, image_size=args.image_size or 128, tasks=args.tasks,
-                                           return_report=True)
+                                           max_images=args.max_images, return_report=True)
     else:
         options = {"image_size": args.image_size or None, "keep_aspect": args.keep_aspect,
                    "max_images": args.max_images, "log": lambda _: None}
@@ -326,6 +330,8 @@ def cmd_data_inspect(args) -> int:
     shown = prompts.to_dataset(rows)
     if processor is not None and args.max_prompt_tokens:
         shown, _ = lengths.filter_by_length(shown, processor, args.max_prompt_tokens, report=report, part="all")
+    if processor is not None:
+        report.image_tokens = pixel_budget.image_tokens_per_item(processor, undecoded(shown))
     print(report)
     _print_items("", shown, args.n, processor)
     if args.output:
@@ -345,6 +351,7 @@ def _inspect_run(args) -> int:
     model_dir = (tiny.ensure_base(seed=config.data.seed, size=size, family=LOCAL_FAMILIES.get(name, "qwen3_vl"),
                                   log=print) if size else name)
     processor = _processor(args.processor or model_dir, optional=args.processor is None)
+    run.set_budget(config, processor)
     if processor is None:
         print(f"note: no processor for {config.model.name_or_path!r} on this machine (offline?): the items below are "
               "before the length filter ([data] max_prompt_tokens); pass --processor DIR to apply it.")
@@ -377,10 +384,12 @@ def _print_items(label: str, rows, n: int, processor) -> None:
     from vlrl.model import lengths, prompts
 
     for row in rows.select(range(min(n, len(rows)))):
-        sizes = ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}" for im in prompts.row_images(row, decode=True))
+        pictures = prompts.row_images(row, decode=True)
+        sizes = ("images " if len(pictures) > 1 else "image ") + ", ".join(f"{im.size[0]}x{im.size[1]} {im.mode}"
+                                                                         for im in pictures)
         tokens = f", {lengths.prompt_tokens(processor, row)} prompt tokens" if processor is not None else ""
         print(f"\n--- {label + ' ' if label else ''}{row['id']}: answer {row['answer']!r} ({row['question_type']}, "
-              f"{row['answer_type']}), image {sizes}{tokens}")
+              f"{row['answer_type']}), {sizes}{tokens}")
         print(prompts.render_prompt(row, processor))
 
 

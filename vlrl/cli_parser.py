@@ -135,7 +135,10 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--all-answers", action="store_true", help="keep non-numeric answers (numeric_only off)")
     i.add_argument("--image-size", type=int, default=512, help="square side; 0 keeps each image's size")
     i.add_argument("--keep-aspect", action="store_true", help="pad to square instead of stretching")
-    i.add_argument("--max-images", type=int, default=1)
+    i.add_argument("--max-images", type=int, default=1, help="pictures kept per item; the rest dropped, counted")
+    i.add_argument("--min-pixels", type=int, default=0, help="with --processor: the pixel budget's lower bound")
+    i.add_argument("--max-pixels", type=int, default=0,
+                   help="with --processor: the pixel budget's upper bound (image tokens per item are shown)")
     i.add_argument("--prompt-key", help="the question column (default: the loader's)")
     i.add_argument("--answer-key", help="the answer column (default: the loader's)")
     i.add_argument("--image-key", action="append", help="an image column (repeatable; default: the loader's)")
@@ -158,9 +161,10 @@ def parser() -> argparse.ArgumentParser:
                    help="K seeded samples per item (pass@1..pass@K; what GSPO optimizes) instead of greedy decoding")
     e.add_argument("--temperature", type=float, help="with --samples (default: the run's [eval] temperature, 1.0)")
     e.add_argument("--seed", type=int, help="with --samples: seeds the draws (default: the run's [eval] seed, 0)")
-    e.add_argument("--images", choices=("blank", "shuffled"),
-                   help="take the pictures away: each replaced by a blank one, or by another item's (does the gain "
-                        "need the picture? `vlrl compare` then reports what survives; writes eval_*_MODE.jsonl)")
+    e.add_argument("--images", choices=("blank", "shuffled", "first"),
+                   help="take the pictures away: each replaced by a blank one, or by another item's, or all but an "
+                        "item's first blanked (does the gain need the picture, or every picture? `vlrl compare` then "
+                        "reports what survives; writes eval_*_MODE.jsonl)")
     rp = _command(sub, "report", "report", "plots and a self-contained report.html for a run directory")
     _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
                 default_help="names runs/<its name>")

@@ -21,12 +21,13 @@ from pathlib import Path
 from vlrl import data, export, report
 from vlrl.base import distributed
 from vlrl.base.errors import ConfigError
+from vlrl.base.images import undecoded
 from vlrl.base.progress import duration
 from vlrl.config import recipe, validation
 from vlrl.config.rundir import RunDir
 from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, pictures, sharded_eval
-from vlrl.model import lengths, prompts
+from vlrl.model import lengths, pixel_budget, prompts
 from vlrl.model import loading as model
 from vlrl.training import train, warmstart
 
@@ -54,7 +55,17 @@ def load_base(config: RunConfig, log=print):
     base, processor = model.load_model(path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
                                        backend=m.backend)
     log(f"model: {path}")
+    set_budget(config, processor, log)
     return base, processor
+
+
+def set_budget(config: RunConfig, processor, log=print) -> None:
+    """[data] min_pixels / max_pixels set on the processor just loaded (`vlrl.model.pixel_budget`), before anything
+    uses it: rollouts, the training forward, evals, the length filter and the exported processor all resize alike."""
+    d = config.data
+    if processor is not None and (d.min_pixels or d.max_pixels):
+        bounds = pixel_budget.set_pixel_budget(processor, d.min_pixels, d.max_pixels)
+        log(f"pixel budget: {bounds['min_pixels']} .. {bounds['max_pixels']} pixels per picture")
 
 
 def wrap_lora(config: RunConfig, base):
@@ -113,7 +124,8 @@ def split(config: RunConfig, rows, report: data.DataReport | None = None):
 
 def eval_items(config: RunConfig, report: data.DataReport | None = None):
     """Every item of the run's [eval] source (its load summarized in `report.eval_source`)."""
-    rows, eval_report = data.load_eval_rows(config.eval, config.data.image_size, return_report=True)
+    rows, eval_report = data.load_eval_rows(config.eval, config.data.image_size, max_images=config.data.max_images,
+                                            return_report=True)
     if report is not None:
         report.eval_source = {"summary": eval_report.summary(), **{k: getattr(eval_report, k) for k in (
             "source", "split", "rows_read", "rows_kept", "skipped", "examples")}}
@@ -136,10 +148,14 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if processor is not None:  # the drops are counted in data_report.too_long
         train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
         eval_ds, _ = lengths.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
+        data_report.image_tokens = pixel_budget.image_tokens_per_item(
+            processor, [row for part in (train_ds, eval_ds) for row in undecoded(part)])
     data.check_disjoint(train_ds, eval_ds)
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
+    if data_report.image_tokens:
+        log(f"data: {data_report.image_tokens_line()}")
     if config.eval.source:
         overlap = data_report.eval_source["overlap"]
         log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "

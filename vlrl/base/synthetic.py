@@ -4,7 +4,8 @@ Every item is drawn with PIL from a seed, so its gold answer is known exactly. T
 on these; so does the GPU learning demonstration. `difficulty` (1-3) widens value ranges and adds bars, points and
 shapes. `TASKS` (the default, which the tiny preset's warm start learned) are bar charts, circle counts and rectangle
 areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
-triangle angles: `generate(n, tasks="all")`.
+triangle angles: `generate(n, tasks="all")`. `MULTI_IMAGE_TASKS` show two charts per item (`images`, placed by the
+question's `<image>` markers): which one shows the larger value of a bar, and how much a bar changed between them.
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
@@ -20,6 +21,9 @@ from PIL import Image, ImageDraw, ImageFont
 TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangle_area")
 ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
                      "rectangle_perimeter", "triangle_angle")
+# Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS, whose items have one
+MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change")
+KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 
@@ -31,13 +35,15 @@ def _font(size: int):
         return ImageFont.load_default()
 
 
-def _bar_chart(values: list[int], size: int) -> Image.Image:
+def _bar_chart(values: list[int], size: int, scale_to: int | None = None) -> Image.Image:
+    """Bars labelled A, B, ... with their values; the tallest reaches the top, or with `scale_to` the value that does
+    (two charts drawn to one scale: their bars compare by height too)."""
     image = Image.new("RGB", (size, size), "white")
     draw = ImageDraw.Draw(image)
     font = _font(max(8, size // 12))
     top, bottom, left = size * 0.08, size * 0.85, size * 0.08
     width = (size - 2 * left) / len(values)
-    scale = (bottom - top) / max(max(values), 1)
+    scale = (bottom - top) / max(scale_to or max(values), 1)
     for i, value in enumerate(values):
         x0 = left + i * width + width * 0.15
         x1 = left + (i + 1) * width - width * 0.15
@@ -172,7 +178,7 @@ def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficult
         question, answer, reasoning = "What is the area of the rectangle in cm^2?", w * h, f"{w} * {h} = {w * h}."
         skills, unit = ["geometry reasoning"], "cm^2"
     else:
-        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(ALL_TASKS)}")
+        raise ValueError(f"unknown synthetic task {task!r}; choose from {', '.join(KNOWN_TASKS)}")
     return _item(task, question, image, answer, reasoning, skills, difficulty, unit=unit, choices=choices)
 
 
@@ -242,6 +248,51 @@ def _triangle_angle(rng, size, difficulty, high):
                  difficulty)
 
 
+def _one_bar(value: int, size: int, high: int, rng: random.Random) -> Image.Image:
+    """One bar of `value` on a scale up to `high`, at a drawn place, width and colour (so pictures rarely repeat)."""
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    bottom, top = size * 0.9, size * 0.1
+    width = size * rng.uniform(0.15, 0.3)
+    x0 = rng.uniform(size * 0.05, size * 0.95 - width)
+    draw.rectangle([x0, bottom - value * (bottom - top) / high, x0 + width, bottom], fill=rng.choice(COLORS))
+    draw.line([0, bottom, size, bottom], fill="black", width=1)
+    return image
+
+
+def _two_charts(task, rng, size, difficulty, high):
+    """Two charts of the same bars, drawn from different values to one scale: the question needs both pictures (one
+    alone leaves a coin flip for "which" and nothing for "how much"). Difficulty 1 draws one bar a chart, at least a
+    third of the scale apart in "which", so the answer shows in the bars' heights."""
+    if difficulty == 1:
+        v1 = rng.randint(1, high)
+        v2 = rng.choice([v for v in range(1, high + 1) if abs(v - v1) >= high // 3] if task == "two_chart_compare"
+                        else [v for v in range(1, high + 1) if v != v1])
+        a, name = "A", "the bar"
+        pictures = [_one_bar(v1, size, high, rng), _one_bar(v2, size, high, rng)]
+    else:
+        n_bars = {2: 3, 3: 4}[difficulty]
+        first = [rng.randint(1, high) for _ in range(n_bars)]
+        second = [rng.randint(1, high) for _ in range(n_bars)]
+        i = rng.randrange(n_bars)
+        while second[i] == first[i]:
+            second[i] = rng.randint(1, high)
+        a, v1, v2 = LABELS[i], first[i], second[i]
+        name = f"bar {a}"
+        pictures = [_bar_chart(first, size, scale_to=high), _bar_chart(second, size, scale_to=high)]
+    place = "The first chart: <image> The second chart: <image> "
+    if task == "two_chart_compare":
+        question = place + f"Which chart shows the larger value for {name}? Answer 1 for the first, 2 for the second."
+        answer = 1 if v1 > v2 else 2
+        reasoning = f"{name.capitalize()} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
+    else:
+        question = place + f"How much did {name} change from the first chart to the second?"
+        answer = v2 - v1
+        reasoning = f"{name.capitalize()} went from {v1} to {v2}: {v2} - {v1} = {v2 - v1}."
+    item = _item(task, question, pictures[0], answer, reasoning, ["statistical reasoning"], difficulty)
+    return {**item, "images": pictures}
+
+
 _EXTRA = {
     "bar_compare": _bar_compare,
     **{t: (lambda rng, size, d, high, t=t: _line(t, rng, size, d, high))
@@ -249,6 +300,7 @@ _EXTRA = {
     "count_squares": _count_squares,
     "rectangle_perimeter": _perimeter,
     "triangle_angle": _triangle_angle,
+    **{t: (lambda rng, size, d, high, t=t: _two_charts(t, rng, size, d, high)) for t in MULTI_IMAGE_TASKS},
 }
 
 
@@ -269,9 +321,9 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
     if difficulty not in (1, 2, 3):
         raise ValueError(f"difficulty must be 1, 2 or 3, got {difficulty!r}")
     tasks = ALL_TASKS if tasks == "all" else (tasks,) if isinstance(tasks, str) else tuple(tasks)
-    unknown = [t for t in tasks if t not in ALL_TASKS]
+    unknown = [t for t in tasks if t not in KNOWN_TASKS]
     if unknown or not tasks:
-        raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(ALL_TASKS)} or 'all'")
+        raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(KNOWN_TASKS)} or 'all'")
     rng = random.Random(seed)
     items = []
     for index in range(n):

@@ -209,6 +209,7 @@ def _convert(rows: list, root: Path, source: str, split: str, config, section: s
     columns = column_options(config.data.columns) if section == "[data]" else {}
     _, report = load_generic(rows, split, fields=fields.get(chosen), numeric_only=False,
                              image_size=config.data.image_size, image_root=root, return_report=True,
+                             max_images=config.data.max_images,
                              log=lambda line: None, **columns)
     report.source = source
     return report

@@ -51,7 +51,15 @@ class DataConfig:
     num_items: int = 200  # synthetic only
     difficulty: int = 1  # synthetic only
     tasks: list[str] = field(default_factory=list)  # synthetic only: vlrl.base.synthetic task names; empty: the six default
-    image_size: int = 512
+    image_size: int = 512  # side of the square pictures; 0: each picture's own size (a data set's; not synthetic)
+    # Pictures kept per item (a list of images per row, docs/data.md); those past it are dropped with their <image>
+    # markers and counted in the data report, never cut silently
+    max_images: int = 1
+    # The pixel budget per picture, as Qwen's own resizing takes it (the processor's size: shortest_edge = min_pixels,
+    # longest_edge = max_pixels; vlrl.model.pixel_budget): a picture is scaled, aspect kept, to between the two.
+    # 0: the processor's own. `vlrl data inspect` shows the image tokens per item a budget gives
+    min_pixels: int = 0
+    max_pixels: int = 0
     hold_out: int = 100  # items held out of this source for the evals; 0 with an [eval] source
     max_prompt_tokens: int = 1024  # the recipe's max_prompt_length, enforced by measuring, never by truncation
     seed: int = 0

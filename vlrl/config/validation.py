@@ -26,6 +26,7 @@ from vlrl.config.sections import (
     TrainingConfig,
     did_you_mean,
 )
+from vlrl.model import pixel_budget
 
 MIN_ANSWER_TOKENS = 16  # after a thinking budget: </think>, "\n\n" and the shortest tagged answer
 
@@ -43,7 +44,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
     `num_processes` (default: this launch's, `vlrl.base.distributed.world_size()`) enters the batch rules.
     """
-    from vlrl.base.synthetic import ALL_TASKS
+    from vlrl.base.synthetic import KNOWN_TASKS
     from vlrl.config.recipe import RECIPES, WARMUP_STEPS, WEIGHT_DECAY
 
     processes = num_processes or world_size()
@@ -201,9 +202,16 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
                 f"{', '.join(COLUMNS)}.{did_you_mean(key, COLUMNS)}")
         elif not isinstance(column, str) or not column:
             add(f"[data] columns.{key} = {column!r} must be a column name (a string).")
-    if d.image_size < 32:
+    if d.image_size < 32 and not (d.image_size == 0 and d.source != "synthetic"):
         add(f"[data] image_size = {d.image_size} is smaller than one merged Qwen-VL patch (32 px); use 32 or more "
-            "(64 for the tiny preset, 512 for real models).")
+            "(64 for the tiny preset, 512 for real models)"
+            + ("; generated items need a size." if d.image_size == 0 else ", or 0 to keep a data set's own sizes."))
+    if d.max_images < 1:
+        add(f"[data] max_images = {d.max_images} must be at least 1 (pictures kept per item; the rest are dropped "
+            "and counted).")
+    budget = pixel_budget.budget_problem(d.min_pixels, d.max_pixels)
+    if budget:
+        add(budget)
     if d.source == "synthetic":
         if 1 <= d.hold_out and d.hold_out >= d.num_items:
             add(f"[data] hold_out = {d.hold_out} must be smaller than num_items = {d.num_items}, or nothing is "
@@ -211,9 +219,9 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         if d.difficulty not in (1, 2, 3):
             add(f"[data] difficulty = {d.difficulty} must be 1, 2 or 3.")
         for task in d.tasks:
-            if task not in ALL_TASKS:
+            if task not in KNOWN_TASKS:
                 add(f"[data] tasks names {task!r}, which vlrl.base.synthetic does not generate; choose from "
-                    f"{', '.join(ALL_TASKS)}.{did_you_mean(task, ALL_TASKS)}")
+                    f"{', '.join(KNOWN_TASKS)}.{did_you_mean(task, KNOWN_TASKS)}")
     single_turn = ((t.max_completion_length, "[training] max_completion_length"),
                    (e.max_new_tokens, "[eval] max_new_tokens"))
     for budget, name in () if config.env.name else single_turn:  # an episode run has no [data] prompts

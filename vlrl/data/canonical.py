@@ -256,6 +256,26 @@ def _encode(image, image_format: str) -> dict:
     return {"bytes": buffer.getvalue(), "path": None}
 
 
+def capped(row: dict, max_images: int) -> tuple[dict, int]:
+    """A row whose pictures (`images`, in prompt order) are past `max_images`: the first `max_images` kept, the rest
+    dropped with their `<image>` markers, and how many were dropped (the loaders count them in the DataReport). A row
+    left with one picture holds it in `image` alone, as every one-picture row does.
+
+    >>> row, dropped = capped({"question": "<image> then <image>?", "image": 1, "images": [1, 2]}, 1)
+    >>> row, dropped
+    ({'question': '<image> then ?', 'image': 1}, 1)
+    """
+    images = row.get("images") or []
+    if len(images) <= max_images:
+        return row, 0
+    out = {**row, "question": _drop_placeholders(row["question"], keep=max_images), "image": images[0]}
+    if max_images > 1:
+        out["images"] = list(images[:max_images])
+    else:
+        out.pop("images")
+    return out, len(images) - max_images
+
+
 def _drop_placeholders(question: str, keep: int) -> str:
     """Removes the `<image>` placeholders past the first `keep` (their images were dropped by the cap)."""
     parts = question.split(IMAGE_PLACEHOLDER)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from vlrl.base import synthetic
 from vlrl.base.errors import DataError
+from vlrl.data.canonical import capped
 from vlrl.data.loaders import load_generic, load_geo3k, load_mathvista, load_virl39k
 from vlrl.data.report import DataReport
 from vlrl.data.sources import VIRL39K_TABLE
@@ -54,21 +55,34 @@ def loader_name(source) -> str:
 
 
 def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 1,
-                   tasks: tuple[str, ...] | str = synthetic.TASKS, return_report: bool = False):
+                   tasks: tuple[str, ...] | str = synthetic.TASKS, max_images: int | None = None,
+                   return_report: bool = False):
     """Generated items (`vlrl.base.synthetic.generate`): a list of canonical rows, and with `return_report` the
     `DataReport` a loader would give (every row kept: generated items are valid by construction).
+
+    Args:
+        max_images: pictures kept per item (two-picture tasks: `synthetic.MULTI_IMAGE_TASKS`); the rest are dropped
+            with their markers and counted, as a loader does. None keeps every picture.
 
     >>> rows, report = load_synthetic(3, image_size=32, return_report=True)
     >>> rows[0]["id"], report.rows_kept
     ('synthetic-0-0', 3)
+    >>> rows, report = load_synthetic(2, image_size=32, tasks="two_chart_compare", max_images=1, return_report=True)
+    >>> "images" in rows[0], report.images_dropped, report.items_with_dropped_images
+    (False, 2, 2)
     """
     try:
         rows = synthetic.generate(num_items, seed=seed, image_size=image_size, difficulty=difficulty, tasks=tasks)
     except ValueError as err:  # an unknown task name: the user's input, said as such
         raise DataError(str(err)) from None
-    if not return_report:
-        return rows
-    return rows, DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size)
+    report = DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size,
+                        max_images=max_images or 1)
+    if max_images is not None:
+        for index, row in enumerate(rows):
+            rows[index], dropped = capped(row, max_images)
+            report.images_dropped += dropped
+            report.items_with_dropped_images += bool(dropped)
+    return (rows, report) if return_report else rows
 
 
 def load_rows(data_config, *, return_report: bool = False):
@@ -84,11 +98,11 @@ def load_rows(data_config, *, return_report: bool = False):
     if name == "synthetic":
         rows, report = load_synthetic(d.num_items, seed=d.seed, image_size=d.image_size, difficulty=d.difficulty,
                                       tasks=d.tasks or synthetic.TASKS,  # empty: the default tasks
-                                      return_report=True)
+                                      max_images=d.max_images, return_report=True)
     else:
         answers = {"numeric_only": False} if d.all_answers else {}  # else each loader's own default
-        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size, return_report=True,
-                                     **answers, **column_options(d.columns))
+        rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size or None, return_report=True,
+                                     max_images=d.max_images, **answers, **column_options(d.columns))
         report.trains_on_test_split = training_on_test_warning(d.source, d.split) or ""
     return (rows, report) if return_report else rows
 
@@ -105,9 +119,10 @@ def column_options(columns: dict) -> dict:
     return {keys[k]: (v,) if k == "image" else v for k, v in columns.items()}
 
 
-def load_eval_rows(eval_config, image_size: int, *, return_report: bool = False):
+def load_eval_rows(eval_config, image_size: int, *, max_images: int = 1, return_report: bool = False):
     """Every item of a run's `[eval] source` / `split` (`eval_config`: a `vlrl.config.EvalConfig`) as a Dataset, answers of any kind kept (MathVista's
-    multi-choice and text items count: the answer grammar scores them), pictures at the training `image_size`.
+    multi-choice and text items count: the answer grammar scores them), pictures at the training `image_size` (0:
+    their own), at most `max_images` per item as in training.
 
     Raises:
         DataError: no source set, or generated items named (hold them out of `[data]` instead).
@@ -116,6 +131,6 @@ def load_eval_rows(eval_config, image_size: int, *, return_report: bool = False)
     if name == "synthetic":
         raise DataError(f"[eval] source = {eval_config.source!r} names no data set; give a hub id or a directory, "
                         "or leave it empty to evaluate on [data]'s held-out items.")
-    rows, report = LOADERS[name](eval_config.source, split=eval_config.split, image_size=image_size,
-                                 numeric_only=False, return_report=True)
+    rows, report = LOADERS[name](eval_config.source, split=eval_config.split, image_size=image_size or None,
+                                 numeric_only=False, max_images=max_images, return_report=True)
     return (rows, report) if return_report else rows

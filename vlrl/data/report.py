@@ -67,6 +67,9 @@ class DataReport:
     too_long: dict = field(default_factory=dict)  # "train"/"eval"/... -> prompts dropped by the length filter
     hold_out: dict = field(default_factory=dict)  # what split_holdout did
     eval_source: dict = field(default_factory=dict)  # [eval] source: its load's report and what drop_eval_overlap did
+    # The image tokens per item under the processor's pixel budget ({items, min, median, max}), measured when a
+    # processor is at hand (`vlrl data inspect`, a run's data stage): what a budget costs, before a run
+    image_tokens: dict = field(default_factory=dict)
     trains_on_test_split: str = ""  # the warning when the training source is a known test split (vlrl.data.splits)
     seconds: float = 0.0
 
@@ -109,6 +112,16 @@ class DataReport:
                 f"{k} {v}" for k, v in self.too_long.items())
         return text
 
+    def image_tokens_line(self) -> str:
+        """The image tokens per item, in one line.
+
+        >>> DataReport(source="demo", image_tokens={"items": 3, "min": 8, "median": 8, "max": 16}).image_tokens_line()
+        'image tokens per item: min 8, median 8, max 16 (3 items)'
+        """
+        t = self.image_tokens
+        budget = f"; pixel budget {t['min_pixels']} .. {t['max_pixels']}" if t.get("max_pixels") else ""
+        return f"image tokens per item: min {t['min']}, median {t['median']}, max {t['max']} ({t['items']} items{budget})"
+
     def drops(self) -> list[str]:
         """Every item the load, the split and the length filter dropped, one line per reason with its count and
         meaning (what a run prints at the end of its data stage); empty when nothing was dropped.
@@ -134,6 +147,8 @@ class DataReport:
         for reason, shown in self.examples.items():
             lines.append(f"  {reason} ({self.skipped.get(reason, 0)}): {SKIP_REASONS.get(reason, '')}")
             lines.extend(f"    e.g. {example}" for example in shown)
+        if self.image_tokens:
+            lines.append(f"  {self.image_tokens_line()}")
         if self.hold_out:
             lines.append(f"  hold-out: {self.hold_out}")
         if self.eval_source:

@@ -33,6 +33,7 @@ from vlrl import engine
 from vlrl.base.errors import EvalError
 from vlrl.evaluation.records import drop_torn_tail, read_records, save_images
 from vlrl.grammar import answers, rewards, thinking
+from vlrl.model import prompts
 from vlrl.model.prompts import row_images
 
 # --- scoring -----------------------------------------------------------------------------------------------------
@@ -62,8 +63,19 @@ def score(completion: str, row: dict, *, symbolic: bool = False) -> dict:
 
 
 def question(row: dict) -> str:
-    """The text of the prompt's last turn (the question as the model saw it), or the row's `question`."""
-    return answers.as_text(row["prompt"][-1]["content"]) if row.get("prompt") else str(row.get("question", ""))
+    """The text of the prompt's last turn (the question as the model saw it), or the row's `question`. With several
+    pictures, an `<image>` marker stands where each one was, so the record says which picture a question names.
+
+    >>> question(prompts.to_prompt({"id": "1", "question": "<image> then <image> which?", "images": [0, 1]}))[:27]
+    '<image> then <image> which?'
+    """
+    if not row.get("prompt"):
+        return str(row.get("question", ""))
+    content = row["prompt"][-1]["content"]
+    if isinstance(content, list) and sum(part.get("type") == "image" for part in content) > 1:
+        return " ".join(prompts.IMAGE_PLACEHOLDER if part.get("type") == "image" else part.get("text", "")
+                        for part in content)
+    return answers.as_text(content)
 
 
 def rescore(record: dict) -> dict:

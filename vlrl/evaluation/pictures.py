@@ -8,7 +8,8 @@ before/after gain survives.
 `blank` replaces every picture by a uniform mid-gray one of the same size (the same number of image tokens, no
 content); `shuffled` gives each item another item's picture (a seeded derangement among the items with as many
 pictures, so none keeps its own; an item alone with its count of pictures cannot be shuffled and is left out,
-counted). A gain that survives a blank or a wrong picture was learned from the text: the answer format, the
+counted); `first` keeps each item's first picture and blanks the others (an item of several pictures seen through one
+of them: `two_chart_compare` is a coin flip so). A gain that survives a blank or a wrong picture was learned from the text: the answer format, the
 answer prior of the task, a guess that happens to fit. `picture_check` measures what survives: the gain with and
 without the right picture, the exact McNemar test of the gain without it, and a paired sign-flip permutation test
 of the per-item difference between the two gains (does the gain depend on the picture?).
@@ -22,7 +23,10 @@ from pathlib import Path
 from vlrl.base.stats import mcnemar_exact, paired_permutation
 from vlrl.evaluation.compare import by_id
 
-MODES = ("blank", "shuffled")
+MODES = ("blank", "shuffled", "first")
+# How `vlrl compare` names each mode's eval: what the model saw of an item's pictures
+SEEN = {"blank": "without the picture (blank)", "shuffled": "without the picture (shuffled)",
+        "first": "with the first picture alone (the others blank)"}
 GRAY = (128, 128, 128)  # the blank picture's colour: no edges, no content, mid-range for any normalisation
 
 
@@ -41,6 +45,9 @@ def replace_pictures(dataset, mode: str, *, seed: int = 0, log=print):
     ((8, 4), (128, 128, 128))
     >>> [row["image"].getpixel((0, 0))[0] for row in replace_pictures(rows, "shuffled", seed=1)]
     [1, 2, 0]
+    >>> pairs = datasets.Dataset.from_list([{"id": "0", "images": [Image.new("RGB", (8, 4), c) for c in ("red", "blue")]}])
+    >>> [im.getpixel((0, 0)) for im in replace_pictures(pairs, "first")[0]["images"]]
+    [(255, 0, 0), (128, 128, 128)]
     """
     from PIL import Image
 
@@ -50,8 +57,9 @@ def replace_pictures(dataset, mode: str, *, seed: int = 0, log=print):
         raise ValueError(f"mode {mode!r} is not one of {MODES}")
     column = "images" if "images" in dataset.column_names else "image"
     pictures = [row_images(row, decode=True) for row in dataset]
-    if mode == "blank":
-        new = [[Image.new("RGB", im.size, GRAY) for im in images] for images in pictures]
+    if mode in ("blank", "first"):
+        kept = 1 if mode == "first" else 0
+        new = [images[:kept] + [Image.new("RGB", im.size, GRAY) for im in images[kept:]] for images in pictures]
         keep = list(range(len(pictures)))
     else:
         source = _derangement([len(images) for images in pictures], seed)
@@ -143,7 +151,7 @@ def summary_lines(comparison: dict) -> list[str]:
     lines = []
     for mode, c in comparison.get("without_picture", {}).items():
         share = "n/a (no gain)" if c["surviving_share"] is None else f"{c['surviving_share']:.0%}"
-        lines.append(f"without the picture ({mode}): gain {c['gain_without']:+.1%} against {c['gain']:+.1%} with it "
+        lines.append(f"{SEEN[mode]}: gain {c['gain_without']:+.1%} against {c['gain']:+.1%} with it "
                      f"on {c['n_paired']} items, {share} of it survives (McNemar p = {c['p_without']:.3g}); the gain "
                      f"needs the picture: paired permutation p = {c['p_needs_picture']:.3g}")
     return lines

@@ -44,7 +44,7 @@ class LengthMeter:
     def __call__(self, row: dict) -> int:
         """The prompt length of a TRL row; its images may be PIL images or undecoded `{"bytes", "path"}` values."""
         text = render_prompt(row, self.processor)
-        sizes = [_image_size(image) for image in row_images(row)]
+        sizes = [picture_size(image) for image in row_images(row)]
         if self.exact_only or any(size not in self.checked for size in sizes):
             return self._measure(row, text, sizes)
         return len(self.tokenizer(text)["input_ids"]) + sum(self.image_tokens[s] for s in sizes)
@@ -67,7 +67,7 @@ class LengthMeter:
         return exact
 
 
-def _image_size(image) -> tuple:
+def picture_size(image) -> tuple:
     """An image's (width, height); for an undecoded value, from its header alone (no pixels are decoded)."""
     if hasattr(image, "size"):
         return tuple(image.size)

@@ -97,7 +97,7 @@ def _sft_batch(processor, batch: list[dict]):
                                               tokenize=False) for item in batch]
     texts = [p + (item["target"] if "target" in item else sft_target(item)) + "<|im_end|>"
              for p, item in zip(texts_in, batch)]
-    images = [image for item in batch for image in (item["images"] if "target" in item else [item["image"]])]
+    images = [image for item in batch for image in (item["images"] if "target" in item else prompts.row_images(item))]
     inputs = prompts.batch_inputs(processor, texts, images, padding_side="right")
     prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images or None)["input_ids"]]
     labels = inputs["input_ids"].clone()

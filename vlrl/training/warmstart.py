@@ -86,7 +86,7 @@ def _train_and_eval(config: RunConfig):
     """[data]'s rows and the eval set, before the run's decontamination (which only ever drops training rows)."""
     d = config.data
     if config.eval.source:
-        return data.load_rows(d), data.load_eval_rows(config.eval, d.image_size)
+        return data.load_rows(d), data.load_eval_rows(config.eval, d.image_size, max_images=d.max_images)
     return data.split_holdout(data.load_rows(d), d.hold_out, seed=d.seed)
 
 
@@ -98,7 +98,7 @@ def held_out_exclusions(config: RunConfig) -> set[str]:
         return set()
     s = settings(config)
     warm = generated_items(s["seed"], s["items"], s["image_size"], s["difficulty"], s["tasks"])
-    return {image_hash(item["image"]) for item in warm}
+    return {image_hash(image) for item in warm for image in prompts.row_images(item)}
 
 
 def model_path(config: RunConfig, log=print) -> str:

@@ -1,0 +1,213 @@
+"""Several pictures per item, end to end, and the pixel budget: docs/data.md's layouts loaded as written, the cap
+counted, bad input refused in one line or counted, the budget set on the real processor as Qwen's resizing takes it
+and its image tokens reported, and (slow) the tiny Qwen3-VL decoding, evaluating and training on two-chart items, with
+every picture in the records and the report."""
+
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+from PIL import Image
+
+from vlrl import data
+from vlrl.base import synthetic
+from vlrl.base.errors import ConfigError, DataError
+from vlrl.cli import main
+from vlrl.config import runfile as cfg
+from vlrl.config.runfile import DataConfig
+from vlrl.model import pixel_budget, prompts
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = (ROOT / "docs" / "data.md").read_text().split("## Several pictures per item")[1].split("\n## Keeping")[0]
+TWO_IMAGES = ROOT / "bench" / "learning" / "two-images.toml"
+
+
+def docs_block(first_line: str) -> str:
+    """The code block of docs/data.md's multi-picture section that starts with `first_line`."""
+    match = re.search(r"```\w*\n(" + re.escape(first_line) + r".*?)```", DOCS, re.DOTALL)
+    assert match, first_line
+    return match.group(1)
+
+
+def run_docs_script(first_line: str, folder: Path) -> None:
+    """Runs a script of that section as a user would (`python make_pairs.py`) in `folder`."""
+    script = folder / first_line.split()[1].rstrip(":")
+    script.write_text(docs_block(first_line))
+    subprocess.run([sys.executable, script.name], cwd=folder, check=True, capture_output=True)
+
+
+def docs_data_config(first_line: str, **changes) -> DataConfig:
+    return DataConfig(**{**tomllib.loads(docs_block(first_line))["data"], **changes})
+
+
+# --- docs/data.md's layouts, as written ---------------------------------------------------------------------------
+
+def test_the_documented_jsonl_layout_places_each_picture_at_its_marker(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_docs_script("# make_pairs.py:", tmp_path)
+    rows, report = data.load_rows(docs_data_config("# pairs.toml"), return_report=True)
+    assert report.rows_kept == 24 and report.skipped == {} and report.images_dropped == 0
+    row = rows[0]
+    assert [image.size for image in row["images"]] == [(64, 64), (64, 64)]
+    assert row["images"][0].tobytes() != row["images"][1].tobytes()  # each path its own picture, in list order
+    content = prompts.to_prompt(row)["prompt"][0]["content"]
+    assert [part["type"] for part in content] == ["text", "image", "text", "image", "text"]
+    assert content[0]["text"] == "Left:" and content[2]["text"] == "Right:"
+    # max_images = 1: the right picture and its marker dropped, counted on the summary line
+    one, report = data.load_rows(docs_data_config("# pairs.toml", max_images=1), return_report=True)
+    assert "images" not in one.column_names and one[0]["question"].count("<image>") == 1
+    assert (report.images_dropped, report.items_with_dropped_images) == (24, 24)
+    assert "24 images over the cap of 1 dropped" in report.summary()
+
+
+def test_the_documented_parquet_layout_puts_every_picture_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_docs_script("# make_parquet_pairs.py:", tmp_path)
+    rows = data.load_rows(docs_data_config("# pairs_hub.toml's [data]"))
+    assert len(rows) == 12
+    red_blue = rows[0]
+    assert [image.getpixel((0, 0)) for image in red_blue["images"]] == [(255, 0, 0), (0, 0, 255)]
+    built = prompts.to_dataset(rows)  # a Dataset in: its pictures pass through undecoded
+    assert [part["type"] for part in built[0]["prompt"][0]["content"]] == ["image", "image", "text"]
+    assert [len(images) for images in built["images"]] == [2] * 12
+
+
+# --- generated pairs ------------------------------------------------------------------------------------------------
+
+def test_two_chart_items_need_both_pictures():
+    items = synthetic.generate(40, seed=3, image_size=64, tasks=synthetic.MULTI_IMAGE_TASKS)
+    for item in items:
+        first, second = item["images"]
+        assert item["image"] is first and first.tobytes() != second.tobytes()
+        assert item["question"].count("<image>") == 2
+        v1, v2 = map(int, re.search(r"is (\d+) in the first chart and (\d+)|from (\d+) to (\d+)",
+                                    item["metadata"]["reasoning"]).group(*((1, 2) if "compare" in item["metadata"]
+                                                                            ["task"] else (3, 4))))
+        expected = (1 if v1 > v2 else 2) if item["metadata"]["task"] == "two_chart_compare" else v2 - v1
+        assert item["answer"] == str(expected) and v1 != v2
+    compare = [i["answer"] for i in items if i["metadata"]["task"] == "two_chart_compare"]
+    assert set(compare) == {"1", "2"}  # one chart alone cannot tell which: both answers occur
+    assert synthetic.generate(4, seed=3, image_size=64, tasks="all")[0].get("images") is None  # "all": one picture
+
+
+def test_the_two_images_run_file_validates_and_names_two_pictures():
+    config = cfg.load(TWO_IMAGES)
+    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_compare"])
+    rows, report = data.load_rows(DataConfig(**{**config.data.__dict__, "num_items": 6}), return_report=True)
+    assert all(len(prompts.row_images(row)) == 2 for row in rows) and report.images_dropped == 0
+
+
+# --- bad input: one line, or a counted skip -------------------------------------------------------------------------
+
+def test_marker_and_picture_mismatches_and_bad_pictures_are_counted_skips(tmp_path):
+    good = Image.new("RGB", (32, 32), "red")
+    (tmp_path / "a.png").write_bytes(b"\x89PNG\r\n\x1a\ncut short")
+    rows = [
+        {"id": "ok", "q": "<image> and <image>: how many?", "a": "2", "pics": [good, good]},
+        {"id": "more-pictures", "q": "<image> how many?", "a": "2", "pics": [good, good]},
+        {"id": "more-markers", "q": "<image> <image> <image> how many?", "a": "2", "pics": [good, good]},
+        {"id": "missing", "q": "how many?", "a": "2", "pics": [good, "nowhere.png"]},
+        {"id": "corrupt", "q": "how many?", "a": "2", "pics": ["a.png", good]},
+    ]
+    ds, report = data.load_generic(rows, prompt_key="q", answer_key="a", image_keys="pics", max_images=2,
+                                   image_size=32, image_root=tmp_path, return_report=True)
+    assert ds["id"] == ["ok"]
+    assert report.skipped == {"image_placeholder_mismatch": 2, "image_not_found": 1, "image_unreadable": 1}
+    assert report.examples["image_placeholder_mismatch"] == [
+        "more-pictures: 1 <image> placeholders for 2 images", "more-markers: 3 <image> placeholders for 2 images"]
+    with pytest.raises(DataError, match="the prompt has 1 <image> placeholders for 2 images"):
+        prompts.prompt_content("<image> which?", 2)
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (["data.min_pixels=8192", "data.max_pixels=4096"], "min_pixels = 8192 is more than max_pixels = 4096"),
+    (["data.max_pixels=100"], "less than one merged patch"),
+    (["data.max_images=0"], "max_images = 0 must be at least 1"),
+    (["data.image_size=0"], "generated items need a size"),
+    (["data.tasks=['two_chart_compar']"], "Did you mean 'two_chart_compare'"),
+])
+def test_a_bad_budget_or_cap_is_one_line_before_anything_loads(overrides, words):
+    with pytest.raises(ConfigError) as refused:
+        cfg.load(TWO_IMAGES, overrides=overrides)
+    assert words in str(refused.value) and str(refused.value).count("\n") == 0
+
+
+# --- the pixel budget -----------------------------------------------------------------------------------------------
+
+def test_the_budget_resizes_as_qwen_does_on_every_path(tiny_processor, tmp_path):
+    processor = copy.deepcopy(tiny_processor)  # the session's processor stays as loaded
+    big, small = Image.new("RGB", (256, 256), "red"), Image.new("RGB", (32, 32), "blue")
+    own = (pixel_budget.image_tokens(processor, big), pixel_budget.image_tokens(processor, small))
+    assert own == (64, 1)  # (256 / 32)^2 and one merged patch: the tiny processor's own bounds hold both
+    bounds = pixel_budget.set_pixel_budget(processor, min_pixels=128 * 128, max_pixels=64 * 64 * 4)
+    assert bounds == {"min_pixels": 16384, "max_pixels": 16384}
+    assert (pixel_budget.image_tokens(processor, big), pixel_budget.image_tokens(processor, small)) == (16, 16)
+    row = prompts.to_prompt({"id": "two", "question": "<image> or <image>?", "answer": "1", "images": [big, small]})
+    text = prompts.render_prompt(row, processor)
+    inputs = processor(text=[text], images=[big, small], return_tensors="pt")  # what TRL's forward calls
+    assert int((inputs["input_ids"] == processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")).sum()) == 32
+    assert inputs["image_grid_thw"].tolist() == [[1, 8, 8], [1, 8, 8]]
+    processor.save_pretrained(tmp_path)  # the exported processor keeps the budget
+    from transformers import AutoProcessor
+
+    size = AutoProcessor.from_pretrained(tmp_path).image_processor.size
+    assert (size.shortest_edge, size.longest_edge) == (16384, 16384)
+    summary = pixel_budget.image_tokens_per_item(processor, [row, {"image": small}, {"image": None}])
+    assert {k: summary[k] for k in ("items", "min", "median", "max")} == {"items": 3, "min": 0, "median": 16,
+                                                                          "max": 32}
+    with pytest.raises(ConfigError, match="no picture size lies between them"):
+        pixel_budget.set_pixel_budget(copy.deepcopy(tiny_processor), min_pixels=512 * 1024)
+
+
+def test_data_inspect_shows_the_image_tokens_a_budget_gives(tiny_base_dir, tmp_path, capsys):
+    out = tmp_path / "report.json"
+    args = ["data", "inspect", "synthetic", "--tasks", "two_chart_compare", "--max-images", "2", "--image-size", "128",
+            "--processor", str(tiny_base_dir), "-n", "1", "--output", str(out)]
+    assert main(args) == 0
+    assert "image tokens per item: min 32, median 32, max 32 (12 items; pixel budget 1024 .. 262144)" in \
+        capsys.readouterr().out  # 2 pictures of (128 / 32)^2
+    assert main(args + ["--max-pixels", "4096"]) == 0
+    text = capsys.readouterr().out
+    assert "image tokens per item: min 8, median 8, max 8 (12 items; pixel budget 1024 .. 4096)" in text
+    assert text.count("<|vision_start|>") == 2
+    saved = json.loads(out.read_text())["image_tokens"]
+    assert (saved["min"], saved["max"], saved["max_pixels"]) == (8, 8, 4096)
+
+
+# --- the tiny Qwen3-VL on two pictures per item ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_two_images_run_file_trains_and_every_picture_reaches_records_and_report(tmp_path):
+    """bench/learning/two-images.toml, a few steps: the warm start, both evals (the engine decoding two pictures per
+    context), GSPO steps (the forward over both pictures' pixel rows), the records with every picture, the report."""
+    from vlrl import run
+    from vlrl.evaluation.records import image_paths, read_records
+    from vlrl.report.blocks import flips
+
+    config = cfg.load(TWO_IMAGES, overrides=[  # a shorter warm start (cached once): the format, so rewards differ
+        "model.warm_start_steps=150", "model.warm_start_items=512", "data.num_items=24", "data.hold_out=6",
+        "training.max_steps=2", "training.save_steps=2", "training.max_completion_length=16",
+        "eval.max_new_tokens=16", "data.max_pixels=4096"])
+    lines = []
+    run.run(config, tmp_path, log=lines.append)
+    assert "pixel budget: 1024 .. 4096 pixels per picture" in lines
+    assert any("image tokens per item: min 8, median 8, max 8" in line for line in lines)
+    before = read_records(tmp_path / "eval_before.jsonl")
+    assert len(before) == 6 and all(r["question"].count("<image>") == 2 for r in before)
+    assert all(r["prompt_tokens"] > 8 for r in before)  # both pictures' 4 tokens each, in the decoded context
+    assert all(len(image_paths(tmp_path / "eval_images", r["id"])) == 2 for r in before)
+    steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "rewards/format_reward/mean" in s] == [1, 2]
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    report = json.loads((tmp_path / "data_report.json").read_text())
+    assert report["image_tokens"]["max"] == 8 and report["max_images"] == 2
+    flipped = before[0]["id"]  # a flip drawn for the page: every picture of the item beside its question
+    html = "".join(flips({"wrong_to_right": [flipped], "right_to_wrong": [], "format_gained": [], "format_lost": []},
+                         {flipped: before[0]}, {flipped: before[0]}, tmp_path / "eval_images"))
+    assert html.count(f'alt="image of {flipped}"') == 2
+    assert (tmp_path / "report.html").read_text().count("<img") >= 2
