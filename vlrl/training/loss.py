@@ -103,6 +103,15 @@ def gspo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
     return loss * pass_weight, metrics
 
 
+def scorer_args(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
+    """What the per-token scorer (`token_logps`) takes for a batch of TRL's: prompt + completion ids, their attention
+    mask, the completion length, and the batch's `SCORER_INPUTS` (None where the batch has none)."""
+    completion_ids = inputs["completion_ids"]
+    return (torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1), completion_ids.size(1),
+            {key: inputs.get(key) for key in SCORER_INPUTS})
+
+
 def _given(value, name: str):
     if value is None:
         raise ConfigError(f"gspo_loss needs {name} for this loss type.")
@@ -161,12 +170,10 @@ class GspoLoss:
                               f"recipe's values (vlrl.config.recipe), with a loss type among {', '.join(REDUCTIONS)}.")
 
     def policy_loss(self, model, inputs: dict) -> torch.Tensor:
-        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        completion_mask = inputs["completion_mask"]
         mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]  # tools out
-        logps, entropies, _ = self.token_logps(
-            model, torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
-            torch.cat([inputs["prompt_mask"], completion_mask], dim=1), completion_ids.size(1), compute_entropy=True,
-            **{key: inputs.get(key) for key in SCORER_INPUTS})
+        input_ids, attention_mask, length, extra = scorer_args(inputs)
+        logps, entropies, _ = self.token_logps(model, input_ids, attention_mask, length, compute_entropy=True, **extra)
         old_logps = inputs.get("old_per_token_logps")
         training = self.model.training
         accumulation = self.current_gradient_accumulation_steps if training else 1  # no accumulation in eval

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from vlrl.training.loss import scorer_args
 from vlrl.training.mismatch import RolloutMismatch
-
-# What TRL's own loss forwards to its per-token scorer besides the token ids (TRL 1.14.2)
-VISION_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes", "num_tiles",
-               "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
 
 
 class UnslothRolloutMismatch(RolloutMismatch):
@@ -48,14 +45,12 @@ class UnslothRolloutMismatch(RolloutMismatch):
     def _measure_mismatch(self, model, inputs: dict) -> None:
         """Scores the micro-batch's completions without gradient (Unsloth's scorer, current weights = the rollout's
         when each rollout is one optimizer step) and adds its mismatch to this optimizer step's totals."""
-        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        vision = {k: inputs[k] for k in VISION_KEYS if inputs.get(k) is not None}
+        input_ids, attention_mask, length, extra = scorer_args(inputs)
+        vision = {k: v for k, v in extra.items() if v is not None}  # Unsloth's scorer: only what the batch has
         self._loss_inputs = dict(inputs)  # RolloutMismatch.token_logps measures against it
         try:
             with torch.no_grad():
-                self.token_logps(model, input_ids, attention_mask, completion_ids.size(1),
+                self.token_logps(model, input_ids, attention_mask, length,
                                  batch_size=self.args.per_device_train_batch_size, **vision)
         finally:
             self._loss_inputs = None
