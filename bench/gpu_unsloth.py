@@ -92,6 +92,7 @@ def build(path: str, model, processor, data, out: Path, length: int, steps: int)
     t.num_generations, t.generation_batch_size = 4, ARGS.generation_batch
     t.max_completion_length, t.max_steps, t.learning_rate = length, steps, 5e-6
     t.save_steps, t.logging_steps = 10_000, 1
+    t.warmup_steps = 0  # the recipe's 0.1 runs a 1-step run at learning rate 0, leaving the adapter untrained
     t.importance_sampling_correction = "token" if path == "vlrl" else "off"  # the preset's; refused on Unsloth
     config.model.backend = "unsloth" if path == "vlrl-unsloth" else "transformers"
     config.data.max_prompt_tokens = 512
@@ -156,7 +157,11 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
     if path == "vlrl-unsloth" and length == max(ARGS.lengths):
         from vlrl.export.adapter import export_adapter
 
-        result["adapter"] = export_adapter(model, processor, out_dir / "adapter-vlrl-unsloth", log=say)
+        try:  # a failed export is a result beside the step's, which it must not take with it
+            result["adapter"] = export_adapter(model, processor, out_dir / "adapter-vlrl-unsloth", log=say)
+        except Exception as err:  # noqa: BLE001
+            result["adapter_error"] = f"{type(err).__name__}: {err}"
+            traceback.print_exc()
     del trainer
     return result
 

@@ -9,10 +9,14 @@
 # exported and verified at the end), the preset's path (transformers + the engine, int8-packed base), Unsloth's
 # notebook configuration, plain TRL. Every job stops at DEADLINE seconds after the start (the machine is held at most
 # 30 minutes); a row not reached says so in its log.
+# WALKTHROUGH=0 leaves the walkthrough out; JOBS="name:args;name:args" replaces the chain of gpu_unsloth.py runs, e.g.
+#   JOBS="vlrl-unsloth:--path vlrl-unsloth --lengths 1024 --steps 1 --generation-batch 32;unsloth:--path unsloth --lengths 1024 --steps 1"
 set -uo pipefail
 source bench/device_setup.sh
 R=/tmp/results/unsloth
 DEADLINE=${DEADLINE:-1440}
+WALKTHROUGH=${WALKTHROUGH:-1}
+export JOBS=${JOBS:-"vlrl-unsloth:--path vlrl-unsloth --steps 2 1;vlrl:--path vlrl --steps 2;unsloth:--path unsloth --steps 2 1;trl:--path trl"}
 mkdir -p $R
 # run folders hold checkpoints and adapters: only the JSON, logs and train logs come back (at most 16 MiB a file)
 pack() { tar -czf "$OUT/unsloth.tgz" --exclude=checkpoints --exclude='adapter-*' --exclude=jupyter \
@@ -28,15 +32,13 @@ if [ "$1" = start ]; then
     left() { echo \$(( end - SECONDS )); }
     # the walkthrough (a 2-layer model) beside the 8B checkpoint's build and vlrl-on-Unsloth's load and warm-up
     # step; walkthrough.end and the logs' times say which measured step it overlapped, if any
-    (timeout 480 python3 bench/gpu_walkthrough.py --preset tiny-gpu --run-dir /tmp/walkthrough --out $R; date +%s > $R/walkthrough.end) > $R/walkthrough.log 2>&1 &
+    [ $WALKTHROUGH = 0 ] || (timeout 480 python3 bench/gpu_walkthrough.py --preset tiny-gpu --run-dir /tmp/walkthrough --out $R; date +%s > $R/walkthrough.end) > $R/walkthrough.log 2>&1 &
     python3 -c 'import sys; sys.path.insert(0, \"bench\"); from gpu_gspo import build_checkpoint; from pathlib import Path; print(build_checkpoint(\"8b\", Path(\"/tmp/vlrl-bench\")))' > $R/build.log 2>&1
     one() { name=\$1; shift; [ \$(left) -gt 60 ] || { echo 'not reached: deadline' > $R/\$name.log; return; }
             timeout \$(left) python3 bench/gpu_unsloth.py --out $R \"\$@\" > $R/\$name.log 2>&1; }
     date +%s > $R/measuring.start
-    one vlrl-unsloth --path vlrl-unsloth --steps 2 1
-    one vlrl --path vlrl --steps 2
-    one unsloth --path unsloth --steps 2 1
-    one trl --path trl
+    IFS=';' read -ra jobs <<< \"\$JOBS\"
+    for job in \"\${jobs[@]}\"; do one \"\${job%%:*}\" \${job#*:}; done
     wait
     touch $R/done" < /dev/null > /dev/null 2>&1 &
 fi

@@ -91,6 +91,42 @@ def test_reload_check_catches_a_changed_file(tiny_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_reload_check_reads_config_and_tensors_and_puts_the_trained_ones_back(tiny_run, tmp_path):
+    """The files go into the trained adapter's own layers (the same modules and kernels for both probes) and the
+    trained tensors come back after; a config that changes the arithmetic, a missing tensor or a tensor changed below
+    the logit tolerance is each an error."""
+    from vlrl.export.probe import probe_inputs, probe_logits
+
+    model, processor = export.load_adapted(tiny_run / "adapter")
+    inputs = probe_inputs(processor)
+    before = probe_logits(model, inputs)
+    model.save_pretrained(str(tmp_path))
+    stats = export.check_reload(model, processor, tmp_path)
+    assert stats["reload_gap"] == 0.0 and stats["reload_check"] == "config, tensors and logits"
+    assert stats["adapter_effect"] > 0.01
+    assert torch.equal(probe_logits(model, inputs), before)  # the trained tensors are back in place
+
+    config_path, weights_path = tmp_path / "adapter_config.json", tmp_path / "adapter_model.safetensors"
+    config, weights = json.loads(config_path.read_text()), load_file(str(weights_path))
+    config_path.write_text(json.dumps({**config, "lora_alpha": config["lora_alpha"] * 2}))
+    with pytest.raises(export.ExportError, match="lora_alpha"):
+        export.check_reload(model, processor, tmp_path)
+    config_path.write_text(json.dumps(config))
+
+    key = next(k for k in weights if "lora_B" in k)
+    save_file({k: v for k, v in weights.items() if k != key}, str(weights_path))
+    with pytest.raises(export.ExportError, match="other tensors"):
+        export.check_reload(model, processor, tmp_path)
+
+    nudged = weights[key].clone()
+    nudged.view(-1)[0] = torch.nextafter(nudged.view(-1)[0], torch.tensor(1.0, dtype=nudged.dtype))
+    save_file({**weights, key: nudged}, str(weights_path))
+    with pytest.raises(export.ExportError, match="differs from the trained weights in 1 of "):
+        export.check_reload(model, processor, tmp_path)
+    assert torch.equal(probe_logits(model, inputs), before)
+
+
+@pytest.mark.slow
 def test_gathered_weights_are_saved_and_checked_exactly(tiny_run, tmp_path):
     """The FSDP path of `vlrl train`: the main process saves the LoRA weights gathered from every process and checks
     the files against them (here one process, so gathering copies the model's own tensors)."""

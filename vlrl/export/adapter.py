@@ -3,8 +3,9 @@
     stats = export_adapter(model, processor, "runs/demo/adapter", run_dir="runs/demo")
 
 An adapter that exists is one that works: every lora_B is finite and at least one is non-zero (an untrained adapter
-is an error, not a file), and the adapter read back from disk gives the in-memory model's logits on the fixed probe
-(`vlrl.export.probe`) within `TOLERANCE["adapter"]`. `load_adapted` puts a saved adapter on its base model, which is
+is an error, not a file), and the adapter read back from disk through PEFT has the trained config's arithmetic, every
+trained tensor bit for bit, and the in-memory model's logits on the fixed probe (`vlrl.export.probe`) within
+`TOLERANCE["adapter"]`. `load_adapted` puts a saved adapter on its base model, which is
 where the merged and GGUF exports start.
 """
 
@@ -18,8 +19,6 @@ from vlrl.base.errors import ExportError
 from vlrl.export.card import write_model_card
 from vlrl.export.probe import TOLERANCE, logits_gap, probe_inputs, probe_logits
 from vlrl.model.loading import load_model
-
-RELOADED = "vlrl_reloaded"  # the adapter name the read-back copy gets while it is compared
 
 
 def lora_b_stats(adapter_dir: str | Path) -> dict:
@@ -108,43 +107,82 @@ def reload_tolerance(model) -> float:
     return TOLERANCE["adapter-fp16"] if dtypes <= {torch.float32, torch.float16} else TOLERANCE["adapter-bf16"]
 
 
+# The LoraConfig fields that change what an adapter computes: a saved config that differs in one of them loads into
+# another model than the one trained, whatever its tensors hold.
+ARITHMETIC_FIELDS = ("r", "lora_alpha", "use_rslora", "use_dora", "target_modules", "exclude_modules", "rank_pattern",
+                     "alpha_pattern", "fan_in_fan_out", "layers_to_transform", "layers_pattern", "bias",
+                     "modules_to_save")
+
+
 def check_reload(model, processor, adapter_dir: str | Path) -> dict:
-    """Loads the saved adapter beside the trained one (no second base model) and compares their probe logits.
+    """Reads the saved adapter back through PEFT into the trained model's own LoRA layers and compares: the config's
+    arithmetic, every tensor bit for bit, and the probe logits; then puts the trained tensors back.
+
+    The files go where the trained weights were (PEFT's `set_peft_model_state_dict`, its key mapping and casts), so
+    both probes run the same modules, kernels and compiled graphs. A copy loaded beside under another adapter name
+    runs other code on some stacks (Unsloth's compiled decoder blocks on the 8B shape: a 3.8e-2 logit gap for
+    identical tensors, bench/results/unsloth.md), which would hide a wrong file inside that noise or fail a right one.
 
     Returns:
-        `reload_gap`, `reload_tolerance` and `adapter_effect` (the gap of base vs base + adapter).
+        `reload_gap`, `reload_tolerance`, `adapter_effect` (the gap of base vs base + adapter) and `reload_check`.
 
     Raises:
-        ExportError: `model` is no PEFT model, the read-back logits differ, or the adapter changes nothing.
+        ExportError: `model` is no PEFT model; the saved config changes the arithmetic; a tensor is missing, extra or
+            different; the read-back logits differ; or the adapter changes nothing.
     """
-    if not hasattr(model, "load_adapter") or not hasattr(model, "disable_adapter"):
+    if not hasattr(model, "disable_adapter") or not hasattr(model, "peft_config"):
         raise ExportError(f"{type(model).__name__} is not a PEFT model; export_adapter needs the LoRA-wrapped model.")
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
     from vlrl.engine.weights import without_kernels
 
-    inputs = probe_inputs(processor)
-    flags = {name: p.requires_grad for name, p in model.named_parameters()}  # set_adapter changes them
     active = model.active_adapter
+    check_config(model.peft_config[active], adapter_config(adapter_dir), adapter_dir)
+    trained = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model, adapter_name=active).items()}
+    saved = load_file(str(Path(adapter_dir) / "adapter_model.safetensors"))
+    if set(saved) != set(trained):
+        raise ExportError(f"the adapter in {adapter_dir} holds other tensors than the trained LoRA layers: "
+                          f"{sorted(set(saved) ^ set(trained))[:4]}")
+    inputs = probe_inputs(processor)
     with without_kernels():  # the same arithmetic in every probe: the files are what is checked
         reference = probe_logits(model, inputs)
         with model.disable_adapter():
             base = probe_logits(model, inputs)
-        model.load_adapter(str(adapter_dir), adapter_name=RELOADED)
         try:
-            model.set_adapter(RELOADED)
+            set_peft_model_state_dict(model, saved, adapter_name=active)
+            loaded = get_peft_model_state_dict(model, adapter_name=active)
+            changed = [k for k in trained if not bool((loaded[k] == trained[k]).all())]
             reloaded = probe_logits(model, inputs)
         finally:
-            model.set_adapter(active)
-            model.delete_adapter(RELOADED)
-            for name, p in model.named_parameters():
-                p.requires_grad_(flags.get(name, False))
+            set_peft_model_state_dict(model, trained, adapter_name=active)
     gap, effect = logits_gap(reference, reloaded), logits_gap(reference, base)
     tolerance = reload_tolerance(model)
     if not gap <= tolerance:
         raise ExportError(f"the adapter read back from {adapter_dir} gives different logits than the trained model "
                           f"(gap {gap:.2e} > {tolerance:.0e}): the saved files do not reproduce it.")
+    if changed:
+        raise ExportError(f"the adapter read back from {adapter_dir} differs from the trained weights in "
+                          f"{len(changed)} of {len(trained)} tensors (first: {changed[0]}): the saved files do not "
+                          "reproduce it.")
     if effect == 0.0:
         raise ExportError(f"the adapter in {adapter_dir} does not change the model's logits at all: it is untrained.")
-    return {"reload_gap": gap, "reload_tolerance": tolerance, "adapter_effect": effect}
+    return {"reload_gap": gap, "reload_tolerance": tolerance, "adapter_effect": effect,
+            "reload_check": "config, tensors and logits"}
+
+
+def check_config(trained, saved: dict, adapter_dir: str | Path) -> None:
+    """Raises ExportError when the saved adapter_config.json differs from the trained LoraConfig in a field of
+    `ARITHMETIC_FIELDS` (a set and a list of the same module names are the same)."""
+    def norm(value):
+        return sorted(value) if isinstance(value, set | list | tuple) else value
+
+    ours = trained.to_dict()
+    differ = [f for f in ARITHMETIC_FIELDS if norm(ours.get(f)) != norm(saved.get(f))]
+    if differ:
+        f = differ[0]
+        raise ExportError(f"the adapter_config.json in {adapter_dir} says {f} = {saved.get(f)!r} where the trained "
+                          f"adapter has {ours.get(f)!r}: loaded elsewhere it would compute another model.")
 
 
 def check_saved(model, adapter_dir: str | Path, gathered: dict) -> dict:
