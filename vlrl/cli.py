@@ -254,16 +254,11 @@ def cmd_eval(args) -> int:
     from vlrl.base import distributed
     from vlrl.evaluation import sharded_eval
     from vlrl.model import loading as model
-    from vlrl.training import warmstart
 
     rd = _run_dir(args, config)
     if args.adapter:
         model.require_adapter(args.adapter)
-    with distributed.main_first():
-        path = args.model or warmstart.model_path(config, log=distributed.print_main)
-    policy, processor = model.load_model(path, load_in_4bit=config.model.load_in_4bit,
-                                         max_seq_length=config.model.max_seq_length, backend=config.model.backend)
-    run.set_budget(config, processor, log=distributed.print_main)
+    policy, processor = run.load_base(config, log=distributed.print_main, path=args.model)
     if args.adapter:
         policy = model.load_adapter(policy, args.adapter)
     policy = run.pack_base(config, policy, log=distributed.print_main)  # the weights the run's own evals decoded
@@ -479,16 +474,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _handle(args) -> int:
-    from vlrl.base.errors import VlrlError
+    from vlrl.base.errors import VlrlError, out_of_memory
 
     try:
         _one_process_only(args.command)
         return HANDLERS[args.handler](args)
-    except VlrlError as err:
-        print(f"vlrl {args.command}: {err}", file=sys.stderr)
-        return 1
-    except FileNotFoundError as err:
-        print(f"vlrl {args.command}: {err}", file=sys.stderr)
+    except (VlrlError, FileNotFoundError, RuntimeError) as err:  # RuntimeError: torch's OutOfMemoryError alone
+        line = str(err) if isinstance(err, VlrlError | FileNotFoundError) else out_of_memory(err)
+        if line is None:
+            raise
+        print(f"vlrl {args.command}: {line}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"vlrl {args.command}: interrupted; what was written stays (records, checkpoints): run the same command "

@@ -44,16 +44,17 @@ def start(config: RunConfig, run_dir: str | Path | None = None) -> RunDir:
 
 # --- the model -----------------------------------------------------------------------------------------------------
 
-def load_base(config: RunConfig, log=print):
-    """The configured checkpoint and its processor, not yet wrapped (4-bit when [model] load_in_4bit); a local model
-    (`tiny`, `tiny-small`) is built and warm-started in the cache first (by the main process, under several)."""
+def load_base(config: RunConfig, log=print, path: str | None = None):
+    """The configured checkpoint (or `path`, `vlrl eval --model`) and its processor, not yet wrapped (4-bit when
+    [model] load_in_4bit), under [model] memory_cap_gib and [data]'s pixel budget; a local model (`tiny`,
+    `tiny-small`) is built and warm-started in the cache first (by the main process, under several)."""
     # under several processes this also starts the process group, which puts each process on its own GPU before the
     # model loads there
     with distributed.main_first():
-        path = warmstart.model_path(config, log)
+        path = path or warmstart.model_path(config, log)
     m = config.model
     base, processor = model.load_model(path, load_in_4bit=m.load_in_4bit, max_seq_length=m.max_seq_length,
-                                       backend=m.backend)
+                                       backend=m.backend, memory_cap_gib=m.memory_cap_gib)
     log(f"model: {path}")
     set_budget(config, processor, log)
     return base, processor

@@ -68,3 +68,13 @@ class MissingExtra(VlrlError, ImportError):
     """An optional dependency that is not installed; the message names the extra: pip install 'vlrl[gpu]'."""
 
     kind = "missing extra"
+
+
+def out_of_memory(err: BaseException) -> str | None:
+    """The one line a CUDA out-of-memory error becomes (torch's `OutOfMemoryError`, matched by name so this module
+    imports no torch), with the settings that lower memory; None for any other error."""
+    if type(err).__name__ != "OutOfMemoryError":
+        return None
+    return (f"out of GPU memory ({str(err).splitlines()[0][:200]}). What was written stays (records, checkpoints). "
+            "Lower [training] generation_batch_size, per_device_train_batch_size or max_completion_length, or [data] "
+            "max_pixels; [model] memory_cap_gib shows on a larger card what a smaller one holds.")

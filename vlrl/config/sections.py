@@ -35,6 +35,9 @@ class ModelConfig:
     # drawn actions (valid, blind); "scripted", Crafter's scripted player (vlrl.envs.crafter_player: wood, a table,
     # a wood pickaxe, water; deliberately imperfect), whose turns teach a policy that can act
     warm_start_player: str = "random"
+    # At most this many GiB of the GPU for this process, the CUDA context counted (vlrl.model.memory_cap): 23 shows on
+    # a larger card whether a run fits a 24 GB one (out of memory here = out of memory there). 0: no cap
+    memory_cap_gib: float = 0.0
 
 
 @dataclass

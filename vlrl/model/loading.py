@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from vlrl.base import distributed
 from vlrl.base.cache import hub_offline
 from vlrl.base.errors import ConfigError, MissingExtra
+from vlrl.model.memory_cap import cap_memory
 
 # Where each supported family keeps its parts inside the Hugging Face model (`model_type` -> module paths, and the
 # Linear leaves LoRA may adapt, as regexes relative to the vision tower or the language model). The language model's
@@ -192,7 +193,7 @@ def backend_of(model) -> str:
 
 def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length: int = 2048,
                lora: LoraSettings | None = None, finetune_vision_layers: bool = False, backend: str = "auto",
-               processor: bool = True):
+               processor: bool = True, memory_cap_gib: float = 0.0):
     """Loads (model, processor), LoRA-wrapped when `lora` is given, the vision tower frozen unless asked.
 
     Args:
@@ -204,6 +205,8 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         backend: "auto", "unsloth" or "transformers" (see `choose_backend`).
         processor: False: the transformers backend returns None for the processor, for a caller that loads another
             one (`vlrl.export.load_adapted`: the adapter's own), instead of parsing the base's tokenizer for nothing.
+        memory_cap_gib: at most this many GiB of the GPU for this process from here on (`vlrl.model.memory_cap`);
+            0: no cap.
 
     Returns:
         (model, processor); the processor pads on the left by default (`_pad_left_for_trl`); vlrl's own batched
@@ -216,6 +219,7 @@ def load_model(name_or_path: str, *, load_in_4bit: bool = False, max_seq_length:
         raise ConfigError(f"[model] name_or_path = {str(name_or_path)!r}: {problem}")
     backend = activate_backend(backend)
     _expandable_segments()
+    cap_memory(memory_cap_gib)
     try:
         if backend == "unsloth":
             model, processor = _load_unsloth(name_or_path, load_in_4bit, max_seq_length)
