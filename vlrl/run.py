@@ -66,6 +66,9 @@ def set_budget(config: RunConfig, processor, log=print) -> None:
     if processor is not None and (d.min_pixels or d.max_pixels):
         bounds = pixel_budget.set_pixel_budget(processor, d.min_pixels, d.max_pixels)
         log(f"pixel budget: {bounds['min_pixels']} .. {bounds['max_pixels']} pixels per picture")
+    if processor is not None and d.video_max_pixels:
+        bounds = pixel_budget.set_video_budget(processor, d.video_max_pixels)
+        log(f"video pixel budget: {bounds['video_min_pixels']} .. {bounds['video_max_pixels']} pixels per clip")
 
 
 def wrap_lora(config: RunConfig, base):
