@@ -148,6 +148,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
         log(data_report.trains_on_test_split)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
+    if processor is not None and "video" in train_ds.column_names:  # before any clip reaches the processor
+        pixel_budget.check_takes_video(processor, f"[data] source {config.data.source!r}")
     if processor is not None:  # the drops are counted in data_report.too_long
         train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
         eval_ds, _ = lengths.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")

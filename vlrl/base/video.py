@@ -75,7 +75,7 @@ def read_video(value, *, video_fps: float, max_frames: int, root: str | Path | N
                                            "frames_indices": keep, "duration": len(frames) / video_fps,
                                            "source": "frames"}
     path = _video_path(value, root)
-    import av
+    av = _av()
 
     frames, times = [], []
     try:
@@ -97,11 +97,18 @@ def read_video(value, *, video_fps: float, max_frames: int, root: str | Path | N
                                                   "source": str(value.get("path") if isinstance(value, dict) else value)}
 
 
+def _av():
+    try:
+        import av
+    except ImportError:
+        raise ImportError("decoding and writing videos needs PyAV: pip install 'vlrl[video]'") from None
+    return av
+
+
 def write_video(frames: list, path: str | Path, *, fps: float) -> Path:
     """Writes RGB frames (PIL images of one even size) as an H.264 mp4 at `fps` frames per second (`yuv420p`, the
     form every player reads). Returns the path."""
-    import av
-
+    av = _av()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:

@@ -44,7 +44,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
     `num_processes` (default: this launch's, `vlrl.base.distributed.world_size()`) enters the batch rules.
     """
-    from vlrl.base.synthetic import KNOWN_TASKS
+    from vlrl.base.synthetic import KNOWN_TASKS, VIDEO_TASKS
     from vlrl.config.recipe import RECIPES, WARMUP_STEPS, WEIGHT_DECAY
 
     processes = num_processes or world_size()
@@ -226,6 +226,10 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
                 "left to train on; raise num_items or lower hold_out.")
         if d.difficulty not in (1, 2, 3):
             add(f"[data] difficulty = {d.difficulty} must be 1, 2 or 3.")
+        clips = [task for task in d.tasks if task in VIDEO_TASKS]
+        if clips and len(clips) < len(d.tasks):
+            add(f"[data] tasks mixes video tasks ({', '.join(clips)}) with picture tasks; an item trains on a clip or "
+                "on pictures, and a batch on one kind: give one kind per run.")
         for task in d.tasks:
             if task not in KNOWN_TASKS:
                 add(f"[data] tasks names {task!r}, which vlrl.base.synthetic does not generate; choose from "

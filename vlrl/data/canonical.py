@@ -61,7 +61,7 @@ class Fields:
         choices_key: a multi-choice item's options (a list); absent or empty: a free-form item.
         answer_type_key: the answer's type ("integer", "float", "text"); absent: read from the answer.
         video_key: the column holding the item's video (a file path or a list of frames); None: no video. With one,
-            every row needs a video and pictures are optional.
+            every row needs a video and has no picture.
     """
 
     prompt_key: str = "question"
@@ -122,7 +122,7 @@ def canonical_row(example: dict, index: int, *, fields: Fields, name: str, split
                                  image_format) if fields.video_key else None
         images, dropped = _canonical_images(example, row["question"], fields, root, image_size, keep_aspect,
                                             max_images, max_image_bytes, max_pixels, modes, image_format,
-                                            optional=video is not None)
+                                            beside_video=video is not None)
     except BadItem as bad:
         return _skipped(item_id, bad.reason, bad.detail, max_images, fields)
     if dropped:
@@ -231,9 +231,9 @@ def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict
 
 def _canonical_images(example: dict, question: str, fields: Fields, root, image_size, keep_aspect: bool,
                       max_images: int, max_bytes: int, max_pixels, modes: dict, image_format: str,
-                      optional: bool = False) -> tuple[list, int]:
-    """Gathers the item's images, checks them against the placeholders, decodes the first `max_images` (`optional`:
-    an item with a video may have none)."""
+                      beside_video: bool = False) -> tuple[list, int]:
+    """Gathers the item's images, checks them against the placeholders, decodes the first `max_images`; beside a
+    video (`beside_video`) there must be none."""
     values = []
     for key in fields.image_keys:
         value = example.get(key)
@@ -243,7 +243,10 @@ def _canonical_images(example: dict, question: str, fields: Fields, root, image_
         values.extend(v for v in items if v is not None)
         if fields.first_image_key_only and values:
             break
-    if not values and optional and IMAGE_PLACEHOLDER not in question:
+    if beside_video:  # the item has a video: it trains on its clip alone
+        if values or IMAGE_PLACEHOLDER in question:
+            raise BadItem("video_with_images", f"{len(values)} pictures and {question.count(IMAGE_PLACEHOLDER)} "
+                          f"{IMAGE_PLACEHOLDER} markers beside the video")
         return [], 0
     if not values:
         raise BadItem("missing_image", f"no image under {', '.join(fields.image_keys)}"

@@ -34,6 +34,7 @@ SKIP_REASONS = {
     "video_path_outside_dataset": "a video path that escapes the data set's directory (../, absolute, symlink)",
     "video_unreadable": "a video file no decoder reads (corrupt, cut short, not a video)",
     "video_no_frames": "a video (or list of frames) that decodes to no frame",
+    "video_with_images": "an item with a video and pictures too (an item trains on its clip alone)",
     "too_long": "the prompt, image tokens included, is longer than max_prompt_tokens",
 }
 
