@@ -1,11 +1,10 @@
 """The one place vlrl touches TRL's private surface: every private name of TRL (or transformers' Trainer) that vlrl's
 trainer relies on is named here and nowhere else, and checked when this module is imported.
 
-Importing it checks, against the TRL that is installed, each private method vlrl hooks (its name and the parameters
-vlrl passes it), each private attribute it reads, and each helper it calls; a missing one stops the import with one
-line naming the TRL version and the name (`TrlSurfaceError`), before any trainer is built, never deep inside a step.
-It is imported where the trainer is built (`vlrl.training.train.build_trainer`), after the model is loaded, so an
-Unsloth backend has patched TRL first.
+Importing it checks, against the TRL installed, each private method vlrl hooks (its name and the parameters vlrl
+passes it), each private attribute it reads, and each helper it calls; a missing one stops the import with one line
+naming the TRL version and the name (`TrlSurfaceError`), before any trainer is built, never deep inside a step. It is
+imported where the trainer is built (`vlrl.training.train.build_trainer`), after the model is loaded (Unsloth first).
 
 `TrlHooks` sits between vlrl's mixins and TRL's GRPOTrainer (`trainer_class`): each private hook of TRL calls a
 public method of the same job, which by default does what TRL does, so a mixin overrides a public name and reaches
@@ -21,8 +20,8 @@ TRL's own through `super()`:
 | `token_logps` | `_get_per_token_logps_and_entropies` | placeholders masked; an episode segment's one forward; a video item's clip |
 | `tokenize_prompts` | `_tokenize_prompts` | a video item's prompt through the processor's video path (`vlrl.training.video_inputs`) |
 
-TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md says why they do
-not fit); `GRPOConfig` fields, reward functions, callbacks and TRL's public helpers are used where they do.
+TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md: why they do not
+fit); `GRPOConfig` fields, reward functions, callbacks and TRL's public helpers are used where they do.
 """
 
 from __future__ import annotations
