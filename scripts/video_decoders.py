@@ -76,7 +76,7 @@ def main() -> None:
                 for _ in range(5):
                     decode(path, keep)
                 print(f"{name} {suffix}: {(time.perf_counter() - started) / 5 * 1000:.1f} ms for 16 frames")
-            except Exception as err:  # torchcodec without FFmpeg: said, not raised
+            except (ImportError, RuntimeError, OSError) as err:  # torchcodec without FFmpeg: said, not raised
                 print(f"{name} {suffix}: failed: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
 
 
