@@ -7,35 +7,21 @@ shape_motion clips with every record saying which clip and frames it had."""
 import copy
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import docs_data  # tests/docs_data.py
 import pytest
-import tomllib
 from PIL import Image, ImageDraw
 
 from vlrl import data
 from vlrl.base import synthetic, video
 from vlrl.base.errors import ConfigError, DataError
 from vlrl.config import runfile as cfg
-from vlrl.config.runfile import DataConfig
 from vlrl.model import pixel_budget, prompts
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (ROOT / "docs" / "data.md").read_text().split("## A video per item")[1].split("\n## Keeping")[0]
+DOCS = docs_data.section("A video per item")
 TINY = ROOT / "vlrl" / "presets" / "tiny.toml"
-
-
-def docs_block(first_line: str) -> str:
-    """The code block of docs/data.md's video section that starts with `first_line`."""
-    match = re.search(r"```\w*\n(" + re.escape(first_line) + r".*?)```", DOCS, re.DOTALL)
-    assert match, first_line
-    return match.group(1)
-
-
-def docs_data_config(first_line: str, **changes) -> DataConfig:
-    return DataConfig(**{**tomllib.loads(docs_block(first_line))["data"], **changes})
 
 
 def moving_dot(frames: int, *, size: int = 64, step: int = 5) -> list:
@@ -58,8 +44,7 @@ def dot_x(frame) -> float:
 def clips(tmp_path_factory):
     """docs/data.md's make_clips.py, run as a user would, in its own folder."""
     folder = tmp_path_factory.mktemp("clips")
-    (folder / "make_clips.py").write_text(docs_block("# make_clips.py:"))
-    subprocess.run([sys.executable, "make_clips.py"], cwd=folder, check=True, capture_output=True)
+    docs_data.run_script(DOCS, "# make_clips.py:", folder)
     return folder
 
 
@@ -89,7 +74,7 @@ def test_a_written_mp4_decodes_back_sampled_by_fps_and_frame_cap(tmp_path):
 @pytest.mark.parametrize("column", ["clip", "frames"])
 def test_the_documented_layouts_give_the_same_clip(clips, monkeypatch, column):
     monkeypatch.chdir(clips)
-    config = docs_data_config("# clips.toml:", columns={"question": "prompt", "answer": "solution", "video": column,
+    config = docs_data.data_config(DOCS, "# clips.toml:", columns={"question": "prompt", "answer": "solution", "video": column,
                                                         "id": "uid"})
     rows, report = data.load_rows(config, return_report=True)
     assert report.rows_kept == 24 and report.skipped == {}
@@ -281,6 +266,8 @@ def test_gspo_trains_on_generated_clips_and_records_say_which_clip(tmp_path):
         "training.max_completion_length=40", "eval.max_new_tokens=40", "eval.batch_size=6"])
     lines = []
     run.run(config, tmp_path, log=lines.append)
+    assert "data: video tokens per clip: min 64, median 64, max 64 (24 clips; video pixel budget 131072 .. 786432)" \
+        in lines and not any("image tokens per item" in line for line in lines)
     before = read_records(tmp_path / "eval_before.jsonl")
     assert len(before) == 6 and all(r["question"].startswith("<video>") for r in before)
     for record in before:

@@ -148,7 +148,8 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
         log(data_report.trains_on_test_split)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
-    if processor is not None and "video" in train_ds.column_names:  # before any clip reaches the processor
+    clips = processor is not None and "video" in train_ds.column_names
+    if clips:  # before any clip reaches the processor
         pixel_budget.check_takes_video(processor, f"[data] source {config.data.source!r}")
     if processor is not None:  # the drops are counted in data_report.too_long
         train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
@@ -159,8 +160,10 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
-    if data_report.image_tokens:
+    if data_report.image_tokens and not (clips and not data_report.image_tokens["max"]):  # clips alone: no pictures
         log(f"data: {data_report.image_tokens_line()}")
+    if clips:
+        log(f"data: {pixel_budget.video_tokens_line(processor, [*undecoded(train_ds), *undecoded(eval_ds)])}")
     if config.eval.source:
         overlap = data_report.eval_source["overlap"]
         log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "

@@ -185,3 +185,16 @@ def video_tokens(processor, video) -> int:
 
     grid = processor.video_processor(**video_kwargs([video]), return_tensors="pt")["video_grid_thw"][0]
     return int(grid.prod()) // int(getattr(processor.video_processor, "merge_size", 2)) ** 2
+
+
+def video_tokens_line(processor, rows) -> str:
+    """What the clips of `rows` cost under the video budget, in one line (the data stage prints it): each clip's tokens
+    (`video_tokens`), min, median and max, and the budget in force."""
+    from vlrl.model.prompts import row_video
+
+    counts = [video_tokens(processor, clip) for clip in map(row_video, rows) if clip]
+    size = getattr(processor.video_processor, "size", None)
+    median = statistics.median(counts) if counts else 0
+    return (f"video tokens per clip: min {min(counts, default=0)}, median {median:g}, max {max(counts, default=0)} "
+            f"({len(counts)} clips; video pixel budget {_bound(size, 'shortest_edge')} .. "
+            f"{_bound(size, 'longest_edge')})")
