@@ -299,15 +299,15 @@ def _two_charts(task, rng, size, difficulty, high):
 
 
 def _shape_motion(rng, size, difficulty, high):
-    """A shape moving left or right across MOTION_FRAMES frames, at a steady pace from a start drawn over the whole
-    width, so any one frame shows a shape somewhere and says nothing of the way it goes; the first and last frames
-    together do. Difficulty 1 moves it half the picture's width (2 and 3: a third, a sixth)."""
+    """A shape moving left or right at a steady pace across MOTION_FRAMES frames. Where it is halfway through the
+    clip is drawn alike for both ways, so the middle of the clip is no clue to the way, and one end frame only a weak
+    one (a shape near an edge); two frames tell it. Difficulty 1 moves it half the picture's width (2 and 3: a third,
+    a sixth)."""
     travel = size * {1: 0.5, 2: 1 / 3, 3: 1 / 6}[difficulty]
     side = max(4, size // 6)
     rightward = rng.random() < 0.5
-    start = rng.uniform(0, size - side - travel)
-    if not rightward:
-        start += travel
+    middle = rng.uniform(travel / 2, size - side - travel / 2)
+    start = middle - travel / 2 if rightward else middle + travel / 2
     top = rng.uniform(0, size - side)
     color, shape = rng.choice(COLORS), rng.choice(["circle", "square"])
     frames = []
@@ -317,10 +317,10 @@ def _shape_motion(rng, size, difficulty, high):
         draw = ImageDraw.Draw(frame)
         (draw.ellipse if shape == "circle" else draw.rectangle)([x, top, x + side, top + side], fill=color)
         frames.append(frame)
-    answer = 2 if rightward else 1
-    question = ("<video> Which way does the shape move across the clip? Answer 1 for left, 2 for right.")
-    reasoning = f"The {shape} starts at x = {start:.0f} and ends at x = {start + (travel if rightward else -travel):.0f}; " \
-                f"it moves {'right' if rightward else 'left'}, so {answer}."
+    answer, end = (2, start + travel) if rightward else (1, start - travel)
+    question = "<video> Which way does the shape move across the clip? Answer 1 for left, 2 for right."
+    reasoning = (f"The {shape} starts at x = {start:.0f} and ends at x = {end:.0f}; it moves "
+                 f"{'right' if rightward else 'left'}, so {answer}.")
     item = _item("shape_motion", question, None, answer, reasoning, ["spatial reasoning"], difficulty)
     return {**item, "video": frames, "video_metadata": {"fps": float(MOTION_FPS), "total_num_frames": MOTION_FRAMES,
                                                         "frames_indices": list(range(MOTION_FRAMES)),

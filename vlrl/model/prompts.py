@@ -13,6 +13,7 @@ turns rendered contexts and their pictures into the processor's tensors. Its len
 from __future__ import annotations
 
 import json
+import re
 
 from vlrl.base.images import load_image, undecoded
 from vlrl.grammar import answers, rewards
@@ -89,8 +90,6 @@ def prompt_content(text: str, n_images: int, video: bool = False) -> list[dict]:
     >>> [p["type"] for p in prompt_content("In <video>, which way?", 0, video=True)]
     ['text', 'video', 'text']
     """
-    import re
-
     from vlrl.base.errors import DataError
 
     pieces = re.split(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})", text)
