@@ -97,8 +97,8 @@ class VideoInputs:
 
 @contextlib.contextmanager
 def clips_fed(model, clips: dict):
-    """While inside, each call of `model` gets the clips of the rows it is called on: `clips` holds one tensor a row
-    (`VIDEO_FIELDS`), and successive calls take successive rows (TRL's scoring forward goes through the batch in
+    """While inside, each forward of `model` gets the clips of the rows it is called on: `clips` holds one tensor a
+    row (`VIDEO_FIELDS`), and successive calls take successive rows (TRL's scoring forward goes through the batch in
     order, a chunk of rows a call)."""
     pixels, grids = list(clips["pixel_values_videos"]), list(clips["video_grid_thw"])
     taken = [0]
@@ -110,7 +110,10 @@ def clips_fed(model, clips: dict):
         return args, {**kwargs, "pixel_values_videos": torch.cat(pixels[start:stop]).to(input_ids.device),
                       "video_grid_thw": torch.cat(grids[start:stop]).to(input_ids.device)}
 
-    handle = model.register_forward_pre_hook(feed, with_kwargs=True)
+    # on the backbone that embeds the clips (Qwen3-VL's `Qwen3VLModel`, the innermost module with a video path): the
+    # model's forward passes its own `pixel_values_videos=None` down to it, and TRL >= 1.16 may call it directly
+    backbone = [m for m in model.modules() if hasattr(m, "get_video_features")][-1]
+    handle = backbone.register_forward_pre_hook(feed, with_kwargs=True)
     try:
         yield
     finally:
