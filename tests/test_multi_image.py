@@ -6,12 +6,10 @@ every picture in the records and the report."""
 import copy
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import docs_data  # tests/docs_data.py
 import pytest
-import tomllib
 from PIL import Image
 
 from vlrl import data
@@ -23,26 +21,20 @@ from vlrl.config.runfile import DataConfig
 from vlrl.model import pixel_budget, prompts
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = (ROOT / "docs" / "data.md").read_text().split("## Several pictures per item")[1].split("\n## Keeping")[0]
+DOCS = docs_data.section("Several pictures per item")
 TWO_IMAGES = ROOT / "bench" / "learning" / "two-images.toml"
 
 
 def docs_block(first_line: str) -> str:
-    """The code block of docs/data.md's multi-picture section that starts with `first_line`."""
-    match = re.search(r"```\w*\n(" + re.escape(first_line) + r".*?)```", DOCS, re.DOTALL)
-    assert match, first_line
-    return match.group(1)
+    return docs_data.block(DOCS, first_line)
 
 
 def run_docs_script(first_line: str, folder: Path) -> None:
-    """Runs a script of that section as a user would (`python make_pairs.py`) in `folder`."""
-    script = folder / first_line.split()[1].rstrip(":")
-    script.write_text(docs_block(first_line))
-    subprocess.run([sys.executable, script.name], cwd=folder, check=True, capture_output=True)
+    docs_data.run_script(DOCS, first_line, folder)
 
 
 def docs_data_config(first_line: str, **changes) -> DataConfig:
-    return DataConfig(**{**tomllib.loads(docs_block(first_line))["data"], **changes})
+    return docs_data.data_config(DOCS, first_line, **changes)
 
 
 # --- docs/data.md's layouts, as written ---------------------------------------------------------------------------

@@ -67,6 +67,9 @@ def set_budget(config: RunConfig, processor, log=print) -> None:
     if processor is not None and (d.min_pixels or d.max_pixels):
         bounds = pixel_budget.set_pixel_budget(processor, d.min_pixels, d.max_pixels)
         log(f"pixel budget: {bounds['min_pixels']} .. {bounds['max_pixels']} pixels per picture")
+    if processor is not None and d.video_max_pixels:
+        bounds = pixel_budget.set_video_budget(processor, d.video_max_pixels)
+        log(f"video pixel budget: {bounds['video_min_pixels']} .. {bounds['video_max_pixels']} pixels per clip")
 
 
 def wrap_lora(config: RunConfig, base):
@@ -146,6 +149,9 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
         log(data_report.trains_on_test_split)
     max_tokens = config.data.max_prompt_tokens
     train_ds, eval_ds = prompts.to_dataset(train_rows), prompts.to_dataset(held_out)
+    clips = processor is not None and "video" in train_ds.column_names
+    if clips:  # before any clip reaches the processor
+        pixel_budget.check_takes_video(processor, f"[data] source {config.data.source!r}")
     if processor is not None:  # the drops are counted in data_report.too_long
         train_ds, _ = lengths.filter_by_length(train_ds, processor, max_tokens, report=data_report, part="train")
         eval_ds, _ = lengths.filter_by_length(eval_ds, processor, max_tokens, report=data_report, part="eval")
@@ -155,8 +161,10 @@ def prepare(config: RunConfig, processor, run: str | Path | RunDir | None = None
     if run is not None:
         distributed.on_main(data_report.save, RunDir.of(run).data_report)
     log(f"data: {data_report.summary()}")
-    if data_report.image_tokens:
+    if data_report.image_tokens and not (clips and not data_report.image_tokens["max"]):  # clips alone: no pictures
         log(f"data: {data_report.image_tokens_line()}")
+    if clips:
+        log(f"data: {pixel_budget.video_tokens_line(processor, [*undecoded(train_ds), *undecoded(eval_ds)])}")
     if config.eval.source:
         overlap = data_report.eval_source["overlap"]
         log(f"data: eval {data_report.eval_source['summary']}; training items overlapping it, dropped: "

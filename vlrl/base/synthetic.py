@@ -23,7 +23,12 @@ ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "l
                      "rectangle_perimeter", "triangle_angle")
 # Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS, whose items have one
 MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change")
-KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS
+# Items of one clip each (`video`: its frames, drawn at MOTION_FPS; `vlrl.data.load_synthetic` writes it as an mp4 and
+# decodes it back): not in ALL_TASKS either
+VIDEO_TASKS = ("shape_motion",)
+KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS + VIDEO_TASKS
+MOTION_FPS = 4  # the clips' frame rate: MOTION_FRAMES frames are 2 seconds
+MOTION_FRAMES = 8
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 
@@ -293,7 +298,37 @@ def _two_charts(task, rng, size, difficulty, high):
     return {**item, "images": pictures}
 
 
+def _shape_motion(rng, size, difficulty, high):
+    """A shape moving left or right at a steady pace across MOTION_FRAMES frames. Where it is halfway through the
+    clip is drawn alike for both ways, so the middle of the clip is no clue to the way, and one end frame only a weak
+    one (a shape near an edge); two frames tell it. Difficulty 1 moves it half the picture's width (2 and 3: a third,
+    a sixth)."""
+    travel = size * {1: 0.5, 2: 1 / 3, 3: 1 / 6}[difficulty]
+    side = max(4, size // 6)
+    rightward = rng.random() < 0.5
+    middle = rng.uniform(travel / 2, size - side - travel / 2)
+    start = middle - travel / 2 if rightward else middle + travel / 2
+    top = rng.uniform(0, size - side)
+    color, shape = rng.choice(COLORS), rng.choice(["circle", "square"])
+    frames = []
+    for k in range(MOTION_FRAMES):
+        x = start + (travel if rightward else -travel) * k / (MOTION_FRAMES - 1)
+        frame = Image.new("RGB", (size, size), "white")
+        draw = ImageDraw.Draw(frame)
+        (draw.ellipse if shape == "circle" else draw.rectangle)([x, top, x + side, top + side], fill=color)
+        frames.append(frame)
+    answer, end = (2, start + travel) if rightward else (1, start - travel)
+    question = "<video> Which way does the shape move across the clip? Answer 1 for left, 2 for right."
+    reasoning = (f"The {shape} starts at x = {start:.0f} and ends at x = {end:.0f}; it moves "
+                 f"{'right' if rightward else 'left'}, so {answer}.")
+    item = _item("shape_motion", question, None, answer, reasoning, ["spatial reasoning"], difficulty)
+    return {**item, "video": frames, "video_metadata": {"fps": float(MOTION_FPS), "total_num_frames": MOTION_FRAMES,
+                                                        "frames_indices": list(range(MOTION_FRAMES)),
+                                                        "duration": MOTION_FRAMES / MOTION_FPS, "source": "frames"}}
+
+
 _EXTRA = {
+    "shape_motion": _shape_motion,
     "bar_compare": _bar_compare,
     **{t: (lambda rng, size, d, high, t=t: _line(t, rng, size, d, high))
        for t in ("line_value", "line_compare", "line_sum", "line_difference")},

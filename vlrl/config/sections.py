@@ -63,6 +63,13 @@ class DataConfig:
     # 0: the processor's own. `vlrl data inspect` shows the image tokens per item a budget gives
     min_pixels: int = 0
     max_pixels: int = 0
+    # A row's video (a file or a list of frames, docs/data.md): frames kept one every 1 / video_fps seconds, at most
+    # max_frames of them (past it, that many spread over the whole clip; 0: no cap), through the processor's video
+    # path; video_max_pixels caps a clip's pixels, all its frames together (the video processor's longest_edge; 0:
+    # the processor's own)
+    video_fps: float = 2.0
+    max_frames: int = 16
+    video_max_pixels: int = 0
     hold_out: int = 100  # items held out of this source for the evals; 0 with an [eval] source
     max_prompt_tokens: int = 1024  # the recipe's max_prompt_length, enforced by measuring, never by truncation
     seed: int = 0
@@ -191,7 +198,7 @@ LOCAL_FAMILIES = {"tiny-qwen3.5": "qwen3_5", "tiny-qwen3.5-moe": "qwen3_5_moe"}
 LORA_TARGETS = ("layers", "head", "layers+head")
 WARM_START_PLAYERS = {"random": "", "scripted": "crafter"}  # [model] warm_start_player -> the environment it needs
 LOADERS = ("auto", "synthetic", "mathvista", "geo3k", "virl39k", "generic")  # [data] loader (vlrl.data.LOADERS)
-COLUMNS = ("question", "answer", "image", "id", "choices", "answer_type")  # [data] columns' keys (vlrl.data.Fields)
+COLUMNS = ("question", "answer", "image", "id", "choices", "answer_type", "video")  # [data] columns' keys (vlrl.data.Fields)
 OPTIMIZERS = ("", "sgd")
 EXPORT_FORMATS = ("lora", "merged16", "merged4", "gguf")
 CORRECTIONS = ("off", "token", "sequence")  # [training] importance_sampling_correction (vlrl.training.mismatch)

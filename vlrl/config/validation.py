@@ -44,7 +44,7 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     Nothing here loads a model or touches the network, so a run file for a hub model validates offline.
     `num_processes` (default: this launch's, `vlrl.base.distributed.world_size()`) enters the batch rules.
     """
-    from vlrl.base.synthetic import KNOWN_TASKS
+    from vlrl.base.synthetic import KNOWN_TASKS, VIDEO_TASKS
     from vlrl.config.recipe import RECIPES, WARMUP_STEPS, WEIGHT_DECAY
 
     processes = num_processes or world_size()
@@ -214,12 +214,24 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     budget = pixel_budget.budget_problem(d.min_pixels, d.max_pixels)
     if budget:
         add(budget)
+    if not d.video_fps > 0:
+        add(f"[data] video_fps = {d.video_fps} must be more than 0 (frames kept per second of a video, e.g. 2).")
+    if d.max_frames < 0 or d.max_frames == 1:
+        add(f"[data] max_frames = {d.max_frames} must be 0 (no cap) or at least 2 (a clip's frames go to the model in "
+            "pairs).")
+    video_budget = pixel_budget.video_budget_problem(d.video_max_pixels)
+    if video_budget:
+        add(video_budget)
     if d.source == "synthetic":
         if 1 <= d.hold_out and d.hold_out >= d.num_items:
             add(f"[data] hold_out = {d.hold_out} must be smaller than num_items = {d.num_items}, or nothing is "
                 "left to train on; raise num_items or lower hold_out.")
         if d.difficulty not in (1, 2, 3):
             add(f"[data] difficulty = {d.difficulty} must be 1, 2 or 3.")
+        clips = [task for task in d.tasks if task in VIDEO_TASKS]
+        if clips and len(clips) < len(d.tasks):
+            add(f"[data] tasks mixes video tasks ({', '.join(clips)}) with picture tasks; an item trains on a clip or "
+                "on pictures, and a batch on one kind: give one kind per run.")
         for task in d.tasks:
             if task not in KNOWN_TASKS:
                 add(f"[data] tasks names {task!r}, which vlrl.base.synthetic does not generate; choose from "

@@ -30,7 +30,7 @@ from vlrl.base.errors import DataError
 from vlrl.base.images import BadItem, fit_image, load_image
 from vlrl.data.report import DataReport
 from vlrl.grammar import answers
-from vlrl.model.prompts import IMAGE_PLACEHOLDER
+from vlrl.model.prompts import IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER
 
 PREPROCESS_VERSION = 3  # part of the datasets cache fingerprint: bump when preprocessing changes its output
 
@@ -60,6 +60,8 @@ class Fields:
         system_prompt: an optional system turn for every prompt.
         choices_key: a multi-choice item's options (a list); absent or empty: a free-form item.
         answer_type_key: the answer's type ("integer", "float", "text"); absent: read from the answer.
+        video_key: the column holding the item's video (a file path or a list of frames); None: no video. With one,
+            every row needs a video and has no picture.
     """
 
     prompt_key: str = "question"
@@ -70,9 +72,10 @@ class Fields:
     system_prompt: str | None = None
     choices_key: str = "choices"
     answer_type_key: str = "answer_type"
+    video_key: str | None = None
 
 
-def canonical_features(max_images: int, with_system: bool):
+def canonical_features(max_images: int, with_system: bool, with_video: bool = False):
     """The `datasets.Features` of canonical rows as `canonical_row` returns them (bookkeeping columns included)."""
     import datasets
 
@@ -87,6 +90,8 @@ def canonical_features(max_images: int, with_system: bool):
         columns["images"] = datasets.List(datasets.Image())
     if with_system:
         columns["system_prompt"] = datasets.Value("string")
+    if with_video:
+        columns.update(video=datasets.List(datasets.Image()), video_metadata=datasets.Json())
     columns.update({"_skip": datasets.Value("string"), "_detail": datasets.Value("string"),
                     "_dropped": datasets.Value("int32"), "_modes": datasets.List(datasets.Value("string"))})
     return datasets.Features(columns)
@@ -94,7 +99,7 @@ def canonical_features(max_images: int, with_system: bool):
 
 def canonical_row(example: dict, index: int, *, fields: Fields, name: str, split: str, root, numeric_only: bool,
                   image_size, keep_aspect: bool, max_images: int, max_image_bytes: int, max_pixels,
-                  image_format: str, version: int) -> dict:
+                  image_format: str, version: int, video_fps: float = 2.0, max_frames: int = 16) -> dict:
     """One raw row -> one canonical row, or an empty row whose `_skip` says why (never an exception).
 
     The keyword arguments are `load_generic`'s settings; `version` is unused here but part of datasets' cache
@@ -113,18 +118,23 @@ def canonical_row(example: dict, index: int, *, fields: Fields, name: str, split
     modes: dict = {}
     try:
         row = _canonical_fields(example, fields, numeric_only)
+        video = _canonical_video(example, row["question"], fields, root, image_size, video_fps, max_frames,
+                                 image_format) if fields.video_key else None
         images, dropped = _canonical_images(example, row["question"], fields, root, image_size, keep_aspect,
-                                            max_images, max_image_bytes, max_pixels, modes, image_format)
+                                            max_images, max_image_bytes, max_pixels, modes, image_format,
+                                            beside_video=video is not None)
     except BadItem as bad:
         return _skipped(item_id, bad.reason, bad.detail, max_images, fields)
     if dropped:
         row["question"] = _drop_placeholders(row["question"], keep=max_images)
-    out = {"id": item_id, **row, "image": images[0], "_skip": None, "_detail": None, "_dropped": dropped,
+    out = {"id": item_id, **row, "image": images[0] if images else None, "_skip": None, "_detail": None, "_dropped": dropped,
            "_modes": [m for m, n in modes.items() for _ in range(n)]}
     if max_images > 1:
         out["images"] = images
     if fields.system_prompt is not None:
         out["system_prompt"] = fields.system_prompt
+    if fields.video_key:
+        out["video"], out["video_metadata"] = video
     return out
 
 
@@ -136,6 +146,8 @@ def _skipped(item_id: str, reason: str, detail: str, max_images: int, fields: Fi
         out["images"] = []
     if fields.system_prompt is not None:
         out["system_prompt"] = None
+    if fields.video_key:
+        out["video"], out["video_metadata"] = [], None
     return out
 
 
@@ -218,8 +230,10 @@ def _canonical_fields(example: dict, fields: Fields, numeric_only: bool) -> dict
 
 
 def _canonical_images(example: dict, question: str, fields: Fields, root, image_size, keep_aspect: bool,
-                      max_images: int, max_bytes: int, max_pixels, modes: dict, image_format: str) -> tuple[list, int]:
-    """Gathers the item's images, checks them against the placeholders, decodes the first `max_images`."""
+                      max_images: int, max_bytes: int, max_pixels, modes: dict, image_format: str,
+                      beside_video: bool = False) -> tuple[list, int]:
+    """Gathers the item's images, checks them against the placeholders, decodes the first `max_images`; beside a
+    video (`beside_video`) there must be none."""
     values = []
     for key in fields.image_keys:
         value = example.get(key)
@@ -229,6 +243,11 @@ def _canonical_images(example: dict, question: str, fields: Fields, root, image_
         values.extend(v for v in items if v is not None)
         if fields.first_image_key_only and values:
             break
+    if beside_video:  # the item has a video: it trains on its clip alone
+        if values or IMAGE_PLACEHOLDER in question:
+            raise BadItem("video_with_images", f"{len(values)} pictures and {question.count(IMAGE_PLACEHOLDER)} "
+                          f"{IMAGE_PLACEHOLDER} markers beside the video")
+        return [], 0
     if not values:
         raise BadItem("missing_image", f"no image under {', '.join(fields.image_keys)}"
                       + ("" if any(k in example for k in fields.image_keys) else f" (its columns: {_columns(example)})"))
@@ -241,6 +260,26 @@ def _canonical_images(example: dict, question: str, fields: Fields, root, image_
                                    draft_size=image_size, modes=modes), image_size, keep_aspect=keep_aspect)
               for v in kept]
     return [_encode(image, image_format) for image in images], len(values) - len(kept)
+
+
+def _canonical_video(example: dict, question: str, fields: Fields, root, image_size, video_fps: float,
+                     max_frames: int, image_format: str) -> tuple[list, dict]:
+    """The item's video (a file or a list of frames), sampled (`vlrl.base.video.read_video`), each frame no larger
+    than `image_size` on its longest side (aspect kept), encoded for the Arrow table, with its metadata."""
+    from vlrl.base import video
+
+    value = example.get(fields.video_key)
+    if value is None or (isinstance(value, (str, list, tuple)) and not value):
+        raise BadItem("missing_video", _absent(example, fields.video_key) if value is None else
+                      f"{fields.video_key!r} is {value!r}")
+    if question.count(VIDEO_PLACEHOLDER) > 1:
+        raise BadItem("video_placeholder_mismatch", f"{question.count(VIDEO_PLACEHOLDER)} {VIDEO_PLACEHOLDER} "
+                      "placeholders for 1 video")
+    frames, metadata = video.read_video(value, video_fps=video_fps, max_frames=max_frames, root=root)
+    if image_size:
+        for frame in frames:
+            frame.thumbnail((image_size, image_size))
+    return [_encode(frame, image_format) for frame in frames], metadata
 
 
 def _is_nested_numbers(value) -> bool:

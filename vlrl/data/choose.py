@@ -56,6 +56,7 @@ def loader_name(source) -> str:
 
 def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 1,
                    tasks: tuple[str, ...] | str = synthetic.TASKS, max_images: int | None = None,
+                   video_fps: float = 2.0, max_frames: int = 16, video_dir: str | Path | None = None,
                    return_report: bool = False):
     """Generated items (`vlrl.base.synthetic.generate`): a list of canonical rows, and with `return_report` the
     `DataReport` a loader would give (every row kept: generated items are valid by construction).
@@ -63,6 +64,9 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
     Args:
         max_images: pictures kept per item (two-picture tasks: `synthetic.MULTI_IMAGE_TASKS`); the rest are dropped
             with their markers and counted, as a loader does. None keeps every picture.
+        video_fps, max_frames: how a video task's clips (`synthetic.VIDEO_TASKS`) are sampled: each clip is written
+            as an mp4 under `video_dir` (default: the cache's synthetic-video/) and decoded back from it as a loader
+            decodes a row's video file (`vlrl.base.video.read_video`).
 
     >>> rows, report = load_synthetic(3, image_size=32, return_report=True)
     >>> rows[0]["id"], report.rows_kept
@@ -75,6 +79,8 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
         rows = synthetic.generate(num_items, seed=seed, image_size=image_size, difficulty=difficulty, tasks=tasks)
     except ValueError as err:  # an unknown task name: the user's input, said as such
         raise DataError(str(err)) from None
+    if any(row.get("video") for row in rows):
+        rows = _clips_through_mp4(rows, video_fps, max_frames, video_dir, f"{seed}-{image_size}-{difficulty}")
     report = DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size,
                         max_images=max_images or 1)
     if max_images is not None:
@@ -83,6 +89,24 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
             report.images_dropped += dropped
             report.items_with_dropped_images += bool(dropped)
     return (rows, report) if return_report else rows
+
+
+def _clips_through_mp4(rows: list[dict], video_fps: float, max_frames: int, video_dir, name: str) -> list[dict]:
+    """Each generated clip written as an mp4 and read back, sampled (`vlrl.base.video`): rows hold what a video file
+    of a data set gives, the file's path as the clip's source."""
+    from vlrl.base import video
+    from vlrl.base.cache import cache_dir
+
+    folder = Path(video_dir) if video_dir else cache_dir() / "synthetic-video" / name
+    out = []
+    for row in rows:
+        if not row.get("video"):
+            out.append(row)
+            continue
+        path = video.write_video(row["video"], folder / f"{row['id']}.mp4", fps=row["video_metadata"]["fps"])
+        frames, metadata = video.read_video(path.name, video_fps=video_fps, max_frames=max_frames, root=folder)
+        out.append({**row, "video": frames, "video_metadata": {**metadata, "source": str(path)}})
+    return out
 
 
 def load_rows(data_config, *, return_report: bool = False):
@@ -98,11 +122,13 @@ def load_rows(data_config, *, return_report: bool = False):
     if name == "synthetic":
         rows, report = load_synthetic(d.num_items, seed=d.seed, image_size=d.image_size, difficulty=d.difficulty,
                                       tasks=d.tasks or synthetic.TASKS,  # empty: the default tasks
-                                      max_images=d.max_images, return_report=True)
+                                      max_images=d.max_images, video_fps=d.video_fps, max_frames=d.max_frames,
+                                      return_report=True)
     else:
         answers = {"numeric_only": False} if d.all_answers else {}  # else each loader's own default
+        video = {"video_fps": d.video_fps, "max_frames": d.max_frames} if "video" in d.columns else {}
         rows, report = LOADERS[name](d.source, split=d.split, image_size=d.image_size or None, return_report=True,
-                                     max_images=d.max_images, **answers, **column_options(d.columns))
+                                     max_images=d.max_images, **answers, **video, **column_options(d.columns))
         report.trains_on_test_split = training_on_test_warning(d.source, d.split) or ""
     return (rows, report) if return_report else rows
 
@@ -115,7 +141,7 @@ def column_options(columns: dict) -> dict:
     {'prompt_key': 'prompt', 'image_keys': ('picture',), 'id_key': 'uid'}
     """
     keys = {"question": "prompt_key", "answer": "answer_key", "image": "image_keys", "id": "id_key",
-            "choices": "choices_key", "answer_type": "answer_type_key"}
+            "choices": "choices_key", "answer_type": "answer_type_key", "video": "video_key"}
     return {keys[k]: (v,) if k == "image" else v for k, v in columns.items()}
 
 

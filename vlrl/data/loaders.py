@@ -136,8 +136,8 @@ def load_virl39k(source: str = VIRL39K_REPO, split: str = "train", *, numeric_on
 
 def load_generic(source, split: str = "train", *, fields: Fields | None = None, prompt_key: str | None = None,
                  answer_key: str | None = None, image_keys=None, id_key: str | None = None,
-                 choices_key: str | None = None, answer_type_key: str | None = None,
-                 system_prompt: str | None = None, numeric_only: bool = True, image_size: int | None = 512,
+                 choices_key: str | None = None, answer_type_key: str | None = None, video_key: str | None = None,
+                 video_fps: float = 2.0, max_frames: int = 16, system_prompt: str | None = None, numeric_only: bool = True, image_size: int | None = 512,
                  keep_aspect: bool = False, max_images: int = 1, image_root: str | Path | None = None,
                  max_image_bytes: int = MAX_IMAGE_BYTES, max_pixels: int | None = None, image_format: str = "png",
                  cache_dir: str | None = None, num_proc: int | None = None, return_report: bool = False,
@@ -153,6 +153,8 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
         prompt_key, answer_key, image_keys, id_key, choices_key, answer_type_key: column names (image_keys: one
             name or several); None takes the value of `fields` (default: question, answer, image, id, choices,
             answer_type). Rows without the id column get `<name>-<split>-<row index>`.
+        video_key: the column holding each row's video (a path to an mp4 / webm, or a list of frames); frames kept
+            one every 1 / `video_fps` seconds, at most `max_frames` (`vlrl.base.video.read_video`).
         system_prompt: an optional system turn for every prompt.
         numeric_only: skip (and count) items whose answer is not a number.
         image_size: the side of the square RGB images; None keeps each image's own size.
@@ -188,7 +190,7 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
         image_keys = (image_keys,)
     changes = {"prompt_key": prompt_key, "answer_key": answer_key, "id_key": id_key, "system_prompt": system_prompt,
                "image_keys": tuple(image_keys) if image_keys is not None else None, "choices_key": choices_key,
-               "answer_type_key": answer_type_key}
+               "answer_type_key": answer_type_key, "video_key": video_key}
     spec = replace(fields or Fields(), **{k: v for k, v in changes.items() if v is not None})
     if max_images < 1:
         raise ConfigError(f"max_images = {max_images} must be at least 1.")
@@ -201,7 +203,9 @@ def load_generic(source, split: str = "train", *, fields: Fields | None = None, 
                "numeric_only": numeric_only, "image_size": image_size, "keep_aspect": keep_aspect,
                "max_images": max_images, "max_image_bytes": max_image_bytes, "max_pixels": max_pixels,
                "image_format": image_format, "version": PREPROCESS_VERSION}
-    features = canonical_features(max_images, spec.system_prompt is not None)
+    if spec.video_key:
+        options.update(video_fps=float(video_fps), max_frames=int(max_frames))
+    features = canonical_features(max_images, spec.system_prompt is not None, with_video=bool(spec.video_key))
     if isinstance(raw, list):
         rows = [canonical_row(example, index, **options) for index, example in enumerate(raw)]
         processed = datasets.Dataset.from_list(rows, features=features)

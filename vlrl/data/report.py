@@ -28,6 +28,13 @@ SKIP_REASONS = {
     "image_unreadable": "an image that no decoder reads (corrupt bytes, bad base64, unknown format)",
     "image_empty": "an image with zero width or height",
     "unsupported_image": "an image value of a type vlrl does not read (a URL, a number, ...)",
+    "missing_video": "the video column is empty or absent",
+    "video_placeholder_mismatch": "the prompt has more than one <video> placeholder for the item's one video",
+    "video_not_found": "a video path that does not exist",
+    "video_path_outside_dataset": "a video path that escapes the data set's directory (../, absolute, symlink)",
+    "video_unreadable": "a video file no decoder reads (corrupt, cut short, not a video)",
+    "video_no_frames": "a video (or list of frames) that decodes to no frame",
+    "video_with_images": "an item with a video and pictures too (an item trains on its clip alone)",
     "too_long": "the prompt, image tokens included, is longer than max_prompt_tokens",
 }
 

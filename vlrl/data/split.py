@@ -8,6 +8,7 @@ and also drops a training row asking an eval item's question with its answer; `c
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 
@@ -15,7 +16,7 @@ from vlrl.base.errors import DataError
 from vlrl.base.images import image_hash, undecoded
 from vlrl.data.loaders import preprocess_workers
 from vlrl.data.report import DataReport
-from vlrl.model.prompts import row_images
+from vlrl.model.prompts import row_images, row_video
 
 
 def split_holdout(rows, n: int = 100, *, seed: int = 0, report: DataReport | None = None,
@@ -182,7 +183,13 @@ def _hash_row(row: dict) -> dict:
 
 
 def _row_hashes(row: dict) -> set[str]:
-    return {image_hash(image) for image in row_images(row)}
+    """The row's pictures' hashes, and its clip's (one hash of its frames' in order: two clips sharing a frame are
+    not the same clip)."""
+    hashes = {image_hash(image) for image in row_images(row)}
+    video = row_video(row)
+    if video:
+        hashes.add(hashlib.sha256("".join(image_hash(frame) for frame in video[0]).encode()).hexdigest())
+    return hashes
 
 
 def _qa_keys(rows) -> list[tuple[str, str]]:

@@ -103,12 +103,13 @@ def decoder_of(model, decoding: Decoding) -> str:
 
 
 def complete(model, processor, texts: list[str], images: list[list], decoding: Decoding, *,
-             draws: int = 1) -> list[Completion]:
-    """Completes each rendered context (`texts[i]` with its pictures `images[i]`, in placeholder order), `draws`
-    times each: rows i*draws .. i*draws+draws-1 are context i's. Contexts are left-padded (decoding appends on the
-    right) and decoded in one batch."""
+             draws: int = 1, videos: list | None = None) -> list[Completion]:
+    """Completes each rendered context (`texts[i]` with its pictures `images[i]`, in placeholder order, and its
+    video `videos[i]`, (frames, metadata) or None), `draws` times each: rows i*draws .. i*draws+draws-1 are context
+    i's. Contexts are left-padded (decoding appends on the right) and decoded in one batch."""
     flat = [image for group in images for image in group]
-    inputs = prompts.batch_inputs(processor, texts, flat, padding_side="left")
+    inputs = prompts.batch_inputs(processor, texts, flat, padding_side="left",
+                                  videos=[v for v in videos or () if v is not None])
     return _complete(model, processor, inputs, decoding, draws)
 
 

@@ -72,9 +72,10 @@ def question(row: dict) -> str:
     if not row.get("prompt"):
         return str(row.get("question", ""))
     content = row["prompt"][-1]["content"]
-    if isinstance(content, list) and sum(part.get("type") == "image" for part in content) > 1:
-        return " ".join(prompts.IMAGE_PLACEHOLDER if part.get("type") == "image" else part.get("text", "")
-                        for part in content)
+    marked = {"image": prompts.IMAGE_PLACEHOLDER, "video": prompts.VIDEO_PLACEHOLDER}
+    if isinstance(content, list) and (sum(part.get("type") == "image" for part in content) > 1
+                                      or any(part.get("type") == "video" for part in content)):
+        return " ".join(marked.get(part.get("type")) or part.get("text", "") for part in content)
     return answers.as_text(content)
 
 
@@ -106,6 +107,10 @@ def to_record(row: dict, completion: str, *, symbolic: bool = False, **generatio
            "completion": completion, **score(completion, row, symbolic=symbolic), "symbolic": symbolic, **generation}
     if isinstance(row.get("metadata"), dict):
         out["metadata"] = _jsonable_metadata(row["metadata"])
+    video = prompts.row_video(row)
+    if video is not None:  # which clip, and which of its frames the model saw
+        out["video"] = {"source": video[1].get("source"), "frames": len(video[0]),
+                        **{k: video[1].get(k) for k in ("fps", "frames_indices", "total_num_frames")}}
     return out
 
 
@@ -225,7 +230,8 @@ def _generate_batch(model, processor, batch, decoding: engine.Decoding, settings
     draws = max(1, settings["samples"])
     if settings["do_sample"]:
         torch.manual_seed(_batch_seed(settings["seed"], [r["id"] for r in batch]))
-    completions = engine.complete(model, processor, texts, images, decoding, draws=draws)
+    completions = engine.complete(model, processor, texts, images, decoding, draws=draws,
+                                  videos=[prompts.row_video(r) for r in batch])
     think_ids, budget = thinking.think_ids(processor), settings["thinking_budget"]
     records = []
     for index, (row, text) in enumerate(zip(batch, texts)):

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from vlrl.base.errors import EvalError
-from vlrl.model.prompts import row_images
+from vlrl.model.prompts import row_images, row_video
 
 MAX_IMAGE_SIDE = 768  # saved eval images are for people reading the report; larger ones are shrunk to this side
 
@@ -133,7 +133,19 @@ def save_images(row: dict, image_dir: str | Path) -> list[Path]:
     image_dir.mkdir(parents=True, exist_ok=True)
     stem = image_name(row["id"])
     paths = []
-    for k, image in enumerate(row_images(row, decode=True), 1):
+    pictures = row_images(row, decode=True)
+    video = row_video(row)
+    if not pictures and video:  # a clip: its kept frames side by side, one picture for the report
+        from PIL import Image
+
+        from vlrl.base.images import load_image
+
+        frames = [load_image(frame) for frame in video[0]]
+        strip = Image.new("RGB", (sum(f.width for f in frames), max(f.height for f in frames)), "white")
+        for k, frame in enumerate(frames):
+            strip.paste(frame, (sum(f.width for f in frames[:k]), 0))
+        pictures = [strip]
+    for k, image in enumerate(pictures, 1):
         path = image_dir / (f"{stem}.png" if k == 1 else f"{stem}.{k}.png")
         if not path.exists():
             image = image.copy()  # thumbnail shrinks in place, and an RGB image comes back as the row's own object

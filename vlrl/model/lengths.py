@@ -11,14 +11,16 @@ from __future__ import annotations
 import io
 
 from vlrl.base.images import load_image, undecoded
-from vlrl.model.prompts import render_prompt, row_images
+from vlrl.model.prompts import render_prompt, row_images, row_video, video_kwargs
 
 
 def prompt_tokens(processor, row: dict) -> int:
-    """The prompt's length in tokens as the model sees it, image tokens included (the processor expands them)."""
+    """The prompt's length in tokens as the model sees it, image and video tokens included (the processor expands
+    them, a video's frame timestamps too)."""
     text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
-    images = row_images(row)
-    inputs = processor(text=[text], images=images or None, return_tensors="pt")
+    images, video = row_images(row), row_video(row)
+    inputs = processor(text=[text], images=images or None, return_tensors="pt",
+                       **video_kwargs([video] if video else None))
     return int(inputs["input_ids"].shape[1])
 
 
@@ -43,6 +45,8 @@ class LengthMeter:
 
     def __call__(self, row: dict) -> int:
         """The prompt length of a TRL row; its images may be PIL images or undecoded `{"bytes", "path"}` values."""
+        if row_video(row) is not None:  # a video's tokens depend on its frames' count and size: measured each time
+            return prompt_tokens(self.processor, row)
         text = render_prompt(row, self.processor)
         sizes = [picture_size(image) for image in row_images(row)]
         if self.exact_only or any(size not in self.checked for size in sizes):

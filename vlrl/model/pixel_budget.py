@@ -116,3 +116,85 @@ def _decoded(image):
     from vlrl.base.images import load_image
 
     return image if hasattr(image, "size") else load_image(image)
+
+
+def video_budget_problem(video_max_pixels: int) -> str | None:
+    """What is wrong with `[data] video_max_pixels` (a clip's pixels, all its frames together), in one line; None
+    when it is usable (0: the video processor's own).
+
+    >>> video_budget_problem(0) is None, video_budget_problem(8 * 64 * 64) is None, video_budget_problem(1024)[:40]
+    (True, True, '[data] video_max_pixels = 1024 is less t')
+    """
+    if video_max_pixels < 0:
+        return (f"[data] video_max_pixels = {video_max_pixels} must be 0 (the video processor's own) or a number of "
+                "pixels over a clip's frames, e.g. 16 frames of 256 x 256: 1048576.")
+    if video_max_pixels and video_max_pixels < 2 * MERGED_PATCH ** 2:
+        return (f"[data] video_max_pixels = {video_max_pixels} is less than one merged patch of two frames (2 x "
+                f"{MERGED_PATCH} x {MERGED_PATCH} = {2 * MERGED_PATCH ** 2} pixels), the least a clip takes; use "
+                f"{2 * MERGED_PATCH ** 2} or more.")
+    return None
+
+
+def set_video_budget(processor, video_max_pixels: int) -> dict:
+    """Sets `video_max_pixels` on `processor`'s video processor (its `size["longest_edge"]`: Qwen-VL scales a clip,
+    aspect kept, so that frames x height x width is at most that) and returns the bounds now in force,
+    `{"video_min_pixels", "video_max_pixels"}` ({} for a processor without a video processor and no budget).
+
+    Raises:
+        ConfigError: the budget is unusable, below the processor's own lower bound, or set for a processor that
+            takes no video.
+    """
+    from vlrl.base.errors import ConfigError
+
+    problem = video_budget_problem(video_max_pixels)
+    if problem:
+        raise ConfigError(problem)
+    video_processor = getattr(processor, "video_processor", None)
+    size = getattr(video_processor, "size", None)
+    if size is None:
+        if video_max_pixels:
+            raise ConfigError(f"[data] video_max_pixels is set, but {type(processor).__name__} has no video processor: "
+                              "this model takes no video; leave it 0.")
+        return {}
+    low = _bound(size, "shortest_edge")
+    if video_max_pixels and low > video_max_pixels:
+        raise ConfigError(f"[data] video_max_pixels = {video_max_pixels} is below the video processor's own lower "
+                          f"bound ({low} pixels a clip): no clip size lies between them; raise video_max_pixels.")
+    if video_max_pixels:
+        if dataclasses.is_dataclass(size):
+            video_processor.size = dataclasses.replace(size, longest_edge=video_max_pixels)
+        else:
+            video_processor.size = {**size, "longest_edge": video_max_pixels}
+    return {"video_min_pixels": low, "video_max_pixels": _bound(video_processor.size, "longest_edge")}
+
+
+def check_takes_video(processor, what: str) -> None:
+    """Refuses, in one line, videos for a processor without a video path (a family that takes none)."""
+    if getattr(processor, "video_processor", None) is None:
+        from vlrl.base.errors import ConfigError
+
+        raise ConfigError(f"{what} holds videos, but {type(processor).__name__} has no video processor: this model "
+                          "takes no video; use a family that does (Qwen3-VL, Qwen3.5, Qwen2.5-VL) or drop the video "
+                          "column.")
+
+
+def video_tokens(processor, video) -> int:
+    """The tokens one clip ((frames, metadata), `vlrl.model.prompts.row_video`) becomes under the processor's video
+    budget: its patch grid over time, merged (frame timestamps not counted)."""
+    from vlrl.model.prompts import video_kwargs
+
+    grid = processor.video_processor(**video_kwargs([video]), return_tensors="pt")["video_grid_thw"][0]
+    return int(grid.prod()) // int(getattr(processor.video_processor, "merge_size", 2)) ** 2
+
+
+def video_tokens_line(processor, rows) -> str:
+    """What the clips of `rows` cost under the video budget, in one line (the data stage prints it): each clip's tokens
+    (`video_tokens`), min, median and max, and the budget in force."""
+    from vlrl.model.prompts import row_video
+
+    counts = [video_tokens(processor, clip) for clip in map(row_video, rows) if clip]
+    size = getattr(processor.video_processor, "size", None)
+    median = statistics.median(counts) if counts else 0
+    return (f"video tokens per clip: min {min(counts, default=0)}, median {median:g}, max {max(counts, default=0)} "
+            f"({len(counts)} clips; video pixel budget {_bound(size, 'shortest_edge')} .. "
+            f"{_bound(size, 'longest_edge')})")

@@ -13,12 +13,14 @@ turns rendered contexts and their pictures into the processor's tensors. Its len
 from __future__ import annotations
 
 import json
+import re
 
 from vlrl.base.images import load_image, undecoded
 from vlrl.grammar import answers, rewards
 
 SCORING_COLUMNS = ("answer", *rewards.META_COLUMNS)  # what GRPOTrainer passes on to the rewards
 IMAGE_PLACEHOLDER = "<image>"
+VIDEO_PLACEHOLDER = "<video>"  # where an item's video stands in its question; without one the video comes first
 
 # Qwen3-VL's chat template (the tiny model's, and what render_prompt uses without a processor), without tools and video timestamps: im_start/im_end turns, one vision block per image.
 CHAT_TEMPLATE = (
@@ -68,25 +70,42 @@ def row_images(row: dict, *, decode: bool = False) -> list:
     return [load_image(image) for image in images] if decode else images
 
 
-def prompt_content(text: str, n_images: int) -> list[dict]:
-    """Text with `<image>` placeholders -> content parts, images in place (or first when there is no placeholder).
+def row_video(row: dict) -> tuple[list, dict] | None:
+    """The row's video as the processor takes it: (its frames, in order, as stored; its metadata: `fps`,
+    `frames_indices`, ... of `vlrl.base.video.read_video`), or None for a row without one.
+
+    >>> row_video({"video": [1, 2], "video_metadata": {"fps": 2.0}}), row_video({"image": 1})
+    (([1, 2], {'fps': 2.0}), None)
+    """
+    frames = row.get("video")
+    return (list(frames), dict(row.get("video_metadata") or {})) if frames else None
+
+
+def prompt_content(text: str, n_images: int, video: bool = False) -> list[dict]:
+    """Text with `<image>` placeholders -> content parts, images in place (or first when there is no placeholder);
+    with `video`, one video part at the `<video>` placeholder (or before everything else without one).
 
     >>> [p["type"] for p in prompt_content("Look: <image> and <image>. Sum?", 2)]
     ['text', 'image', 'text', 'image', 'text']
+    >>> [p["type"] for p in prompt_content("In <video>, which way?", 0, video=True)]
+    ['text', 'video', 'text']
     """
-    pieces = text.split(IMAGE_PLACEHOLDER)
-    if len(pieces) == 1:
-        return [{"type": "image"} for _ in range(n_images)] + [{"type": "text", "text": text}]
-    if len(pieces) - 1 != n_images:
-        from vlrl.base.errors import DataError
+    from vlrl.base.errors import DataError
 
-        raise DataError(f"the prompt has {len(pieces) - 1} {IMAGE_PLACEHOLDER} placeholders for {n_images} images; "
-                        "give one placeholder per image, or none (images then come first).")
-    content = []
-    for i, piece in enumerate(pieces):
-        if i:
-            content.append({"type": "image"})
-        if piece.strip():
+    pieces = re.split(f"({re.escape(IMAGE_PLACEHOLDER)}|{re.escape(VIDEO_PLACEHOLDER)})", text)
+    markers = {kind: pieces.count(kind) for kind in (IMAGE_PLACEHOLDER, VIDEO_PLACEHOLDER)}
+    if markers[IMAGE_PLACEHOLDER] and markers[IMAGE_PLACEHOLDER] != n_images:
+        raise DataError(f"the prompt has {markers[IMAGE_PLACEHOLDER]} {IMAGE_PLACEHOLDER} placeholders for "
+                        f"{n_images} images; give one placeholder per image, or none (images then come first).")
+    if markers[VIDEO_PLACEHOLDER] > int(video):
+        raise DataError(f"the prompt has {markers[VIDEO_PLACEHOLDER]} {VIDEO_PLACEHOLDER} placeholders for "
+                        f"{int(video)} videos; give one placeholder for the item's video, or none (it then comes first).")
+    content = [{"type": "video"}] if video and not markers[VIDEO_PLACEHOLDER] else []
+    content += [{"type": "image"} for _ in range(n_images if not markers[IMAGE_PLACEHOLDER] else 0)]
+    for piece in pieces:
+        if piece in markers:
+            content.append({"type": "image" if piece == IMAGE_PLACEHOLDER else "video"})
+        elif piece.strip():
             content.append({"type": "text", "text": piece.strip()})
     return content
 
@@ -103,8 +122,8 @@ def to_prompt(row: dict, *, images_column: bool | None = None) -> dict:
     >>> [p["type"] for p in to_prompt(row)["prompt"][0]["content"]]
     ['text']
     """
-    images = row_images(row)
-    turns = [{"role": "user", "content": prompt_content(question_text(row), len(images))}]
+    images, video = row_images(row), row_video(row)
+    turns = [{"role": "user", "content": prompt_content(question_text(row), len(images), video=video is not None)}]
     if row.get("system_prompt"):
         turns.insert(0, {"role": "system", "content": [{"type": "text", "text": row["system_prompt"]}]})
     out = {"id": row["id"], "prompt": turns}
@@ -112,6 +131,8 @@ def to_prompt(row: dict, *, images_column: bool | None = None) -> dict:
         out["images"] = images
     else:
         out["image"] = images[0] if images else None
+    if video is not None:
+        out["video"], out["video_metadata"] = video
     if isinstance(row.get("metadata"), dict):
         out["metadata"] = row["metadata"]  # the item's task/skills: eval records keep it for the breakdown
     return {**out, **{k: row.get(k) for k in SCORING_COLUMNS}}
@@ -124,14 +145,15 @@ def to_dataset(rows):
     if isinstance(rows, datasets.Dataset):
         multi = "images" in rows.column_names
         raw = undecoded(rows)  # images pass through undecoded: no decode/re-encode per row
-        drop = [c for c in raw.column_names if c not in ("id", "image", "images", "metadata", *SCORING_COLUMNS)]
+        kept = ("id", "image", "images", "video", "video_metadata", "metadata", *SCORING_COLUMNS)
+        drop = [c for c in raw.column_names if c not in kept]
         prompts = raw.map(lambda row: {k: v for k, v in to_prompt(row, images_column=multi).items()
-                                       if k not in ("image", "images")},
+                                       if k not in ("image", "images", "video", "video_metadata")},
                           remove_columns=drop, desc="building prompts")
         if multi and "image" in prompts.column_names:
             prompts = prompts.remove_columns("image")
         for name, feature in rows.features.items():
-            if name in prompts.column_names and name in ("image", "images"):
+            if name in prompts.column_names and name in ("image", "images", "video"):
                 prompts = prompts.cast_column(name, feature)
         return prompts
     multi = any(len(row_images(r)) > 1 for r in rows)
@@ -157,9 +179,32 @@ def render_prompt(row: dict, processor=None) -> str:
     return jinja2.Environment().from_string(CHAT_TEMPLATE).render(messages=row["prompt"], add_generation_prompt=True)
 
 
-def batch_inputs(processor, texts: list[str], images: list, *, padding_side: str):
+def batch_inputs(processor, texts: list[str], images: list, *, padding_side: str, videos: list | None = None):
     """The processor's tensors for a batch of rendered contexts and their pictures (in placeholder order), padded on
     `padding_side`: "left" to decode (new tokens append on the right), "right" for a training forward. Named per
-    call, so no caller changes the shared tokenizer's own setting for the next one.
+    call, so no caller changes the shared tokenizer's own setting for the next one. `videos`: the contexts' videos in
+    order, each (frames, metadata) as `row_video` gives it, through the processor's own video path
+    (`video_kwargs`).
     """
-    return processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side=padding_side)
+    return processor(text=texts, images=images or None, return_tensors="pt", padding=True, padding_side=padding_side,
+                     **video_kwargs(videos))
+
+
+def video_kwargs(videos: list | None) -> dict:
+    """What the processor's video path takes for `videos` ((frames, metadata) pairs, frames decoded or not): the
+    frames, their `VideoMetadata` (Qwen3-VL's processor writes each frame's timestamp from its `fps` and
+    `frames_indices`) and `do_sample_frames=False`: vlrl sampled them already (`[data] video_fps`, `max_frames`).
+
+    >>> video_kwargs(None)
+    {}
+    """
+    if not videos:
+        return {}
+    from transformers.video_utils import VideoMetadata
+
+    frames = [[load_image(frame) for frame in clip] for clip, _ in videos]
+    metadata = [VideoMetadata(total_num_frames=int(meta.get("total_num_frames") or len(clip)),
+                              fps=float(meta.get("fps") or 1.0), duration=meta.get("duration"),
+                              frames_indices=list(meta.get("frames_indices") or range(len(clip))))
+                for clip, (_, meta) in zip(frames, videos)]
+    return {"videos": frames, "video_metadata": metadata, "do_sample_frames": False}

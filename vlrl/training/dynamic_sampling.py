@@ -35,7 +35,7 @@ LEFT = ("prompt_ids", "prompt_mask")
 RIGHT = ("completion_ids", "completion_mask", "old_per_token_logps", "sampling_per_token_logps",
          "ref_per_token_logps", "tool_mask", "importance_sampling_ratio")
 SPANNING = ("mm_token_type_ids", "token_type_ids")  # prompt + completion
-ROWS = ("advantages", "pixel_values", "image_grid_thw", "num_images")
+ROWS = ("advantages", "pixel_values", "image_grid_thw", "num_images", "pixel_values_videos", "video_grid_thw")
 
 
 def flat_groups(rewards: torch.Tensor, group: int) -> torch.Tensor:

@@ -32,6 +32,9 @@ LEFT_OUT = {"beta": 0.0, "top_entropy_quantile": 1.0, "off_policy_mask_threshold
 # What TRL's loss hands its per-token scorer besides the token ids (TRL 1.14.2's batch keys)
 SCORER_INPUTS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
                  "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+# ... and a video item's clip, which TRL's scorer does not take: given only when the batch has one, for
+# `vlrl.training.video_inputs` to feed the forward
+VIDEO_INPUTS = ("pixel_values_videos", "video_grid_thw")
 
 
 def gspo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -105,11 +108,13 @@ def gspo_loss(logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Te
 
 def scorer_args(inputs: dict) -> tuple[torch.Tensor, torch.Tensor, int, dict]:
     """What the per-token scorer (`token_logps`) takes for a batch of TRL's: prompt + completion ids, their attention
-    mask, the completion length, and the batch's `SCORER_INPUTS` (None where the batch has none)."""
+    mask, the completion length, and the batch's `SCORER_INPUTS` (None where the batch has none), with its
+    `VIDEO_INPUTS` where it has them."""
     completion_ids = inputs["completion_ids"]
     return (torch.cat([inputs["prompt_ids"], completion_ids], dim=1),
             torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1), completion_ids.size(1),
-            {key: inputs.get(key) for key in SCORER_INPUTS})
+            {**{key: inputs.get(key) for key in SCORER_INPUTS},
+             **{key: inputs[key] for key in VIDEO_INPUTS if inputs.get(key) is not None}})
 
 
 def _given(value, name: str):

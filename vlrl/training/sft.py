@@ -98,8 +98,10 @@ def _sft_batch(processor, batch: list[dict]):
     texts = [p + (item["target"] if "target" in item else sft_target(item)) + "<|im_end|>"
              for p, item in zip(texts_in, batch)]
     images = [image for item in batch for image in (item["images"] if "target" in item else prompts.row_images(item))]
-    inputs = prompts.batch_inputs(processor, texts, images, padding_side="right")
-    prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images or None)["input_ids"]]
+    videos = [video for item in batch if "target" not in item for video in [prompts.row_video(item)] if video]
+    inputs = prompts.batch_inputs(processor, texts, images, padding_side="right", videos=videos)
+    prompt_lengths = [len(ids) for ids in processor(text=texts_in, images=images or None,
+                                                    **prompts.video_kwargs(videos))["input_ids"]]
     labels = inputs["input_ids"].clone()
     for row, length in enumerate(prompt_lengths):
         labels[row, :length] = -100

@@ -32,7 +32,7 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import lengths
 from vlrl.model.loading import backend_of
-from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch
+from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch, video_inputs
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.training.collapse import CollapseMonitor
 
@@ -105,7 +105,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
             settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor,
                             collapse_monitor=collapse)
         else:
-            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss)
+            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss, video_inputs.VideoInputs)
             settings.update(watchers=(monitor, collapse, step_line), rollout_decoding=rollout_decoding(
                 config, model, processor, train_dataset, args, fast_generation))
         trainer = trl_bridge.trainer_class(GRPOTrainer, mixins)(**given, settings=settings)
@@ -113,6 +113,8 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
         refused = [f"{name} = {value!r}" for name, value in (("[env] name", config.env.name),
                                                             ("[training] dynamic_sampling", t.dynamic_sampling))
                    if value]
+        if train_dataset is not None and "video" in getattr(train_dataset, "column_names", ()):
+            refused.append("a video column in the training data")
         if refused:  # `vlrl validate` says so before loading; a trainer built directly is refused too
             raise ConfigError(f"{', '.join(refused)} needs the transformers backend: Unsloth's patched trainer replaces "
                               "the rollout and the loss vlrl hooks. Set [model] backend = \"transformers\".")

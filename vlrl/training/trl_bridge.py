@@ -1,11 +1,10 @@
 """The one place vlrl touches TRL's private surface: every private name of TRL (or transformers' Trainer) that vlrl's
 trainer relies on is named here and nowhere else, and checked when this module is imported.
 
-Importing it checks, against the TRL that is installed, each private method vlrl hooks (its name and the parameters
-vlrl passes it), each private attribute it reads, and each helper it calls; a missing one stops the import with one
-line naming the TRL version and the name (`TrlSurfaceError`), before any trainer is built, never deep inside a step.
-It is imported where the trainer is built (`vlrl.training.train.build_trainer`), after the model is loaded, so an
-Unsloth backend has patched TRL first.
+Importing it checks, against the TRL installed, each private method vlrl hooks (its name and the parameters vlrl
+passes it), each private attribute it reads, and each helper it calls; a missing one stops the import with one line
+naming the TRL version and the name (`TrlSurfaceError`), before any trainer is built, never deep inside a step. It is
+imported where the trainer is built (`vlrl.training.train.build_trainer`), after the model is loaded (Unsloth first).
 
 `TrlHooks` sits between vlrl's mixins and TRL's GRPOTrainer (`trainer_class`): each private hook of TRL calls a
 public method of the same job, which by default does what TRL does, so a mixin overrides a public name and reaches
@@ -18,10 +17,11 @@ TRL's own through `super()`:
 | `score_rewards` | `_calculate_rewards` | the weighted rewards dynamic sampling reads |
 | `step_inputs` | `_prepare_inputs` | an episode run's batch (`buffered_batches`, `micro_step`) |
 | `policy_loss` | `_compute_loss` | vlrl's GSPO loss (`vlrl.training.loss`), the mismatch measured on its forward |
-| `token_logps` | `_get_per_token_logps_and_entropies` | placeholders masked; an episode segment's one forward |
+| `token_logps` | `_get_per_token_logps_and_entropies` | placeholders masked; an episode segment's one forward; a video item's clip |
+| `tokenize_prompts` | `_tokenize_prompts` | a video item's prompt through the processor's video path (`vlrl.training.video_inputs`) |
 
-TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md says why they do
-not fit); `GRPOConfig` fields, reward functions, callbacks and TRL's public helpers are used where they do.
+TRL's public forms of some jobs (`rollout_func`, `compute_loss_func`) were weighed (docs/design.md: why they do not
+fit); `GRPOConfig` fields, reward functions, callbacks and TRL's public helpers are used where they do.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ HOOKS = {
     "_prepare_inputs": ("generation_batch",),
     "_compute_loss": ("model", "inputs"),
     "_get_per_token_logps_and_entropies": ("model", "compute_entropy"),
+    "_tokenize_prompts": ("prompts",),
 }
 # the public method of `TrlHooks` each hook hands its call to
 PUBLIC = {"_generate_single_turn": "generate_rollouts", "_generate_and_score_completions": "generate_and_score",
           "_calculate_rewards": "score_rewards", "_prepare_inputs": "step_inputs", "_compute_loss": "policy_loss",
-          "_get_per_token_logps_and_entropies": "token_logps"}
+          "_get_per_token_logps_and_entropies": "token_logps", "_tokenize_prompts": "tokenize_prompts"}
 # attributes GRPOTrainer sets for itself that vlrl reads: the metrics it logs, the buffered generation batch, the
 # micro-step counter, its FSDP helper
 ATTRIBUTES = ("_metrics", "_buffered_inputs", "_step", "_dist")
@@ -175,6 +176,9 @@ class TrlHooks:
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
         return self.token_logps(model, *args, **kwargs)
 
+    def _tokenize_prompts(self, prompts):
+        return self.tokenize_prompts(prompts)
+
     # --- the public methods: TRL's behaviour unless a mixin overrides them -----------------------------------------
 
     def generate_rollouts(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -200,6 +204,10 @@ class TrlHooks:
     def token_logps(self, model, *args, **kwargs):
         """(log-probs, entropies or None, auxiliary loss or None) of the completion tokens: TRL's scoring forward."""
         return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    def tokenize_prompts(self, prompts: list) -> tuple:
+        """(prompt ids, pictures, the processor's other fields) of a batch of conversational prompts: TRL's."""
+        return super()._tokenize_prompts(prompts)
 
     chunked_logps = staticmethod(chunked_logps)
 
