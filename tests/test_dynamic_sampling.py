@@ -116,6 +116,30 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
 
 
 @pytest.mark.slow
+def test_a_group_of_eight_equal_rewards_is_logged_flat(tiny_dir, tmp_path):
+    """Eight copies of one answer: their weighted rewards (0.3 x format + correctness, float32) are equal, but TRL's
+    own frac_reward_zero_std reads their std (~6e-8, not 0) as spread. The step logs the group flat, and so does the
+    collapse monitor that reads it."""
+    from vlrl import run
+    from vlrl.training import train
+
+    config = cfg.preset("tiny", overrides=["training.max_steps=1", "training.num_generations=8",
+                                           "training.per_device_train_batch_size=8",
+                                           "training.gradient_accumulation_steps=1"])
+    policy, processor = run.load_policy(config, log=lambda *_: None)
+    train_ds, _ = run.prepare(config, processor, log=lambda *_: None)
+    trainer = train.build_trainer(config, policy, processor, train_ds, tmp_path, log=lambda *_: None)
+    tokenizer = processor.tokenizer
+    answer = tokenizer.encode("<REASONING>a</REASONING><SOLUTION>3</SOLUTION>", add_special_tokens=False)
+    answer.append(tokenizer.convert_tokens_to_ids("<|im_end|>"))
+    trainer.generate_rollouts = lambda prompt_ids, *args, **kwargs: ([list(answer) for _ in prompt_ids], None)
+    trainer.generate_and_score([train_ds[0]] * 8)
+    rewards = trainer._rewards
+    assert torch.equal(rewards, rewards[:1].expand_as(rewards)) and rewards.std().item() > 1e-8  # what TRL misread
+    assert trainer.train_metrics["frac_reward_zero_std"] == [1.0]
+
+
+@pytest.mark.slow
 @pytest.mark.head_lora  # grid-tiny's LoRA on the output layer
 def test_an_episode_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     """Grid episodes without shaping on a 3x3 grid in 2 turns: the goal is 4 moves away, so every episode fails and
