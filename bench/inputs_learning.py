@@ -5,7 +5,7 @@ with the paired test and the one-picture baseline, its before/after records comm
     R=runs/learn-two-images; S="--samples 8 --temperature 1 --seed 0 --images first"   # one chart seen, the same draws
     python -m vlrl eval --run-dir $R $S --output $R/samples_base_first.jsonl
     python -m vlrl eval --run-dir $R --adapter $R/adapter $S --output $R/samples_adapter_first.jsonl
-    python bench/inputs_learning.py two-images $R
+    python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
 
 A run with `[eval] samples` (the two-images run file) is compared on its sampled evals, the policy GSPO trains: each
 item's first draw (the paired McNemar test) and pass@1 over the draws (the paired permutation test); its greedy evals'
@@ -145,6 +145,9 @@ def markdown(results: dict) -> str:
                         f"({g['wrong_to_right']} / {g['right_to_wrong']}, p = {g['p_value']:.3g}).")]
         notes = [f"{note}." for note in e.get("notes", [])]
         lines += ["", " ".join([f"**{e['task']}**: {verdict}.", *measured, *notes])]
+    for e in results.get("learning", []):
+        if e.get("seeds"):
+            lines += seeds_table(e)
     lines += ["", READING]
     lines += ["", ("Records: bench/results/inputs/<task>/ (samples_before, samples_after; samples_base_first and "
               "samples_adapter_first: the same items and draws with each item's second picture blanked, `vlrl eval "
@@ -153,10 +156,44 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def main(task: str, run_dir: str) -> None:
+def seed_row(run_dir: Path) -> dict:
+    """One training seed's figures from its run directory (its records stay there: bench/ keeps numbers, not runs)."""
+    row = {"seed": _config(run_dir)["training"]["seed"], "run": run_dir.name}
+    for kind in ("samples", "eval"):
+        c = compare(run_dir / f"{kind}_before.jsonl", run_dir / f"{kind}_after.jsonl")
+        row[kind] = {"before": c["accuracy_before"], "after": c["accuracy_after"], "p_value": c["mcnemar_p"],
+                     "wrong_to_right": len(c["wrong_to_right"]), "right_to_wrong": len(c["right_to_wrong"])}
+        if kind == "samples":
+            pk = c["pass_at_k"]
+            row["pass_at_1"] = {"before": pk["pass_at_1_before"], "after": pk["pass_at_1_after"],
+                                "p_value": pk["pass_at_1_p"]}
+    return row
+
+
+def seeds_table(entry: dict) -> list[str]:
+    title = (f"**{entry['task']}** under each training seed (`--set training.seed=S`, the same held-out items and "
+             "draws):")
+    header = ("| training seed | first draw before -> after | gained / lost | McNemar p | pass@1 before -> after | "
+              "permutation p | greedy before -> after (p) |")
+    lines = ["", title, "", header, "|---|---|---|---|---|---|---|"]
+    for r in entry["seeds"]:
+        s, pk, g = r["samples"], r["pass_at_1"], r["eval"]
+        lines.append(f"| {r['seed']} | {s['before']:.1%} -> {s['after']:.1%} | {s['wrong_to_right']} / "
+                     f"{s['right_to_wrong']} | {s['p_value']:.2g} | {pk['before']:.1%} -> {pk['after']:.1%} | "
+                     f"{pk['p_value']:.2g} | {g['before']:.1%} -> {g['after']:.1%} ({g['p_value']:.2g}) |")
+    significant = sum(r["samples"]["p_value"] < 0.01 and r["samples"]["after"] > r["samples"]["before"]
+                      for r in entry["seeds"])
+    lines += ["", f"{significant} of {len(entry['seeds'])} seeds gained significantly on the first draw (p < 0.01)."]
+    return lines
+
+
+def main(task: str, run_dir: str, *seed_runs: str) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"learning": [], "gpu": []}
     results["learning"] = [e for e in results.get("learning", []) if e["task"] != task]
-    results["learning"].append(learning_entry(task, Path(run_dir)))
+    entry = learning_entry(task, Path(run_dir))
+    if seed_runs:
+        entry["seeds"] = sorted((seed_row(Path(d)) for d in (run_dir, *seed_runs)), key=lambda r: r["seed"])
+    results["learning"].append(entry)
     results.setdefault("gpu", [])
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     RESULTS.with_suffix(".md").write_text(markdown(results))
@@ -164,4 +201,4 @@ def main(task: str, run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])
