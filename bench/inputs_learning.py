@@ -36,8 +36,8 @@ greedy, at warm starts of 150 (`--set model.warm_start_steps=150 --set model.war
 steps: below 600 the model answers "2" to every item greedy, at 600 it reads both charts (98%) and nothing is left.
 
 What the two-images row does not show: that the gain needs both pictures. With the second chart blanked the trained
-policy scores 64.0% on the first draw (pass@1 68.9%), against 67.0% (70.0%) with both (6 / 3 items, p = 0.51): the
-gain is as large with one chart. The task leaks its answer through one chart: at difficulty 1 the two bars are at
+policy scores 64.0% on the first draw (pass@1 68.9%), against 67.0% (70.0%) with both (6 / 3 items, p = 0.51), and
+the one-chart gain is nearly as large as the two-chart one (48.0% -> 64.0%, pass@1 52.8% -> 68.9%). The task leaks its answer through one chart: at difficulty 1 the two bars are at
 least 3 of 9 apart, so a first bar of 1-3 is always the smaller and one of 7-9 always the larger, and the first chart
 alone can reach 88.9% (the best guess from its value). The warm600 row says the same (76% with one chart). So this
 run file shows GSPO learning on two-picture inputs, end to end, but not issue 48's "cannot be solved from one
