@@ -2,12 +2,16 @@
 with the paired test and the one-picture baseline, its before/after records committed beside the table.
 
     python -m vlrl run --config bench/learning/two-images.toml --run-dir runs/learn-two-images
-    python -m vlrl eval --run-dir runs/learn-two-images --images first                  # the base, one chart seen
-    python -m vlrl eval --run-dir runs/learn-two-images --adapter runs/learn-two-images/adapter --images first
-    python bench/inputs_learning.py two-images runs/learn-two-images
+    R=runs/learn-two-images; S="--samples 8 --temperature 1 --seed 0 --images first"   # one chart seen, the same draws
+    python -m vlrl eval --run-dir $R $S --output $R/samples_base_first.jsonl
+    python -m vlrl eval --run-dir $R --adapter $R/adapter $S --output $R/samples_adapter_first.jsonl
+    python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
 
-writes bench/results/inputs/<task>/{eval_before,eval_after,eval_base_first,eval_adapter_first}.jsonl (those present)
-and bench/results/inputs.json (`learning`: one entry per task, replaced on a rerun; `gpu` kept as it is) and .md.
+A run with `[eval] samples` (the two-images run file) is compared on its sampled evals, the policy GSPO trains: each
+item's first draw (the paired McNemar test) and pass@1 over the draws (the paired permutation test); its greedy evals'
+figures go into the entry as `greedy`, their records are not copied. Writes bench/results/inputs/<task>/ (the records
+compared: samples_* or eval_*, with the one-picture pair when present), bench/results/inputs.json (`learning`: one
+entry per task, replaced on a rerun; `gpu` kept as it is) and .md.
 """
 
 import json
@@ -19,42 +23,98 @@ from vlrl.evaluation.compare import compare, one_answer_notes
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "inputs.json"
-RECORDS = ("eval_before", "eval_after", "eval_base_first", "eval_adapter_first")
+SIDES = ("before", "after", "base_first", "adapter_first")
 
 
-READING = """How to read it. Each row is `bench/learning/two-images.toml` (two_chart_compare: two one-bar charts, "which
-shows the larger value, 1 or 2"; 60 GSPO steps of 2 prompts x 8 samples at lr 1e-3 on CPU) with the tiny model's
-warm start at 150 (`--set model.warm_start_steps=150 --set model.warm_start_items=512`), 300 (`--set
-model.warm_start_steps=300`) or 600 supervised steps (the run file's). The pipeline holds end to end: two pictures per prompt decoded, trained on, recorded and shown.
-What does not hold is the issue's learning claim: GSPO gained nothing significant on any row. Below 600 warm steps
-the model answers "2" to every item (with or without its second picture), so every group's samples agree and GSPO has
-no signal; at 600 it reads both charts (98%, against 76% with the second blanked: the first chart's height alone
-says something), and nothing is left to gain. A row with p < 0.01 needs a warm start between the two, or a harder
-variant (difficulty 2: three bars a chart), and more steps than this CPU session had."""
+READING = """How to read it. `two-images` is `bench/learning/two-images.toml` as shipped (two_chart_compare: two
+one-bar charts, "which shows the larger value, 1 or 2"; the tiny model's 450-step warm start, then 120 GSPO steps of
+2 prompts x 8 samples at temperature 1, a LoRA on the output layer trained by SGD at 2.0), measured on its sampled
+evals: 8 seeded draws per held-out item at temperature 1, the same draws' seeds before and after. Its one-picture
+column is the same sampled eval with each item's second chart blanked (`vlrl eval --images first --samples 8`).
+The `two-images-warmN` rows are the earlier run file (60 steps of AdamW at 1e-3 on a LoRA over the layers), measured
+greedy, at warm starts of 150 (`--set model.warm_start_steps=150 --set model.warm_start_items=512`), 300 and 600
+steps: below 600 the model answers "2" to every item greedy, at 600 it reads both charts (98%) and nothing is left.
+
+What the two-images row does not show: that the gain needs both pictures. With the second chart blanked the trained
+policy scores 64.0% on the first draw (pass@1 68.9%), against 67.0% (70.0%) with both (6 / 3 items, p = 0.51), and
+the one-chart gain is nearly as large as the two-chart one (48.0% -> 64.0%, pass@1 52.8% -> 68.9%). The task leaks its answer through one chart: at difficulty 1 the two bars are at
+least 3 of 9 apart, so a first bar of 1-3 is always the smaller and one of 7-9 always the larger, and the first chart
+alone can reach 88.9% (the best guess from its value). The warm600 row says the same (76% with one chart). So this
+run file shows GSPO learning on two-picture inputs, end to end, but not issue 48's "cannot be solved from one
+image": that needs a task whose one chart says nothing, such as "are the two bars the same height?" with the same
+height in half the items, or values drawn so that neither chart's bar predicts the answer.
+
+Why the gain is in the sampled policy and not the greedy answer, measured on the 450-step warm start (the figures
+below come from the runs' eval records and train_log.jsonl; their records are not committed). Its answer is a
+thresholded, weak function of the two pictures: greedy, every gold-1 item is answered "1" and only 28 of the 51
+gold-2 items "2", whatever the gap between the bars (3 to 8 of 9); the reasoning's two stated values agree with its
+answer in 53 of 100 completions (the model does not read the heights it writes). Sampled at temperature 1, pass@1 is
+51.6% against 77% greedy, and the share of "2" is 36% on gold-1 items and 50% on gold-2 ones: most of a group's
+reward spread is sampling noise. At 300 warm steps the sampled answers do not depend on the pictures at all (share of
+"2": 44% on gold-1 items, 43% on gold-2): nothing to learn from. Read at the answer token (logit of "2" minus logit
+of "1", the greedy completion teacher-forced up to `<SOLUTION>`), the 450-step model ranks the held-out items with an
+AUC of 0.882: 77 of 100 right at its own threshold, 86 at the best threshold chosen after the fact. Every GSPO
+setting tried left that AUC where it was (0.882, 0.884 after the head runs): GSPO moves the threshold and sharpens the
+draws toward the answer the pictures already favour; it does not improve the reading. The greedy answer, the mode,
+can then gain at most 9 items here, too few for p < 0.01; the sampled policy gains far more:
+
+| 450-step warm start, then (held-out, greedy) | steps | greedy before -> after | gained / lost | p |
+|---|---|---|---|---|
+| LoRA on the layers, AdamW 1e-3, temperature 1 (the earlier run file) | 60 | 77.0% -> 76.0% | 0 / 1 | 1 |
+| the same at temperature 0.5 | 120 | 77.0% -> 76.0% | 0 / 1 | 1 |
+| the same at 3e-3, temperature 1: format reward 1.9 -> 0.9 by step 20, sampled accuracy ~45% | 49, stopped | - | - | - |
+| the same at 3e-3, temperature 0.5: format reward 2.0 -> 0 by step 50, every group flat | 54, stopped | - | - | - |
+| LoRA on the head, SGD at 5.0, temperature 0.5: the draws deterministic by step 10, flat after | 120 | 77.0% -> 80.0% | 12 / 9 | 0.66 |
+| LoRA on the head, SGD at 2.0, temperature 1 (the run file) | 120 | 77.0% -> 79.0% | 3 / 1 | 0.63 |
+
+Commands: `vlrl run --config bench/learning/two-images.toml` with `--set` of what each row changes
+(`model.lora_targets=layers training.optim= training.recipe=gspo training.learning_rate=1e-3
+training.weight_decay=-1` for the layers rows, `training.temperature=0.5`, `training.max_steps=60`). While measuring
+this, TRL's `frac_reward_zero_std` read 0 on steps where every group was flat (a float32 std of ~2.5e-7 for eight
+equal weighted rewards): vlrl now counts flat groups itself (`vlrl.training.dynamic_sampling.flat_groups`)."""
 
 
 def learning_entry(task: str, run_dir: Path) -> dict:
     """The task's row: accuracy before and after, the exact paired test, the one-picture baseline, the records."""
     folder = RESULTS.parent / "inputs" / task
     folder.mkdir(parents=True, exist_ok=True)
+    kind = "samples" if (run_dir / "samples_before.jsonl").exists() else "eval"
     paths = {}
-    for name in RECORDS:
-        if (run_dir / f"{name}.jsonl").exists():
-            shutil.copy(run_dir / f"{name}.jsonl", folder / f"{name}.jsonl")
-            paths[name] = str((folder / f"{name}.jsonl").relative_to(ROOT))
-    c = compare(run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl")
+    for side in SIDES:
+        name = f"{kind}_{side}.jsonl"
+        if (run_dir / name).exists():
+            shutil.copy(run_dir / name, folder / name)
+            paths[side] = folder / name
+    c = compare(paths["before"], paths["after"])
     entry = {"task": task, "before": c["accuracy_before"], "after": c["accuracy_after"], "p_value": c["mcnemar_p"],
              "n": c["n_paired"], "wrong_to_right": len(c["wrong_to_right"]), "right_to_wrong": len(c["right_to_wrong"]),
-             "before_records": paths["eval_before"], "after_records": paths["eval_after"],
+             "before_records": _relative(paths["before"]), "after_records": _relative(paths["after"]),
              "notes": one_answer_notes(c), "config": _config(run_dir)}
-    if "eval_base_first" in paths and "eval_adapter_first" in paths:
-        one = compare(run_dir / "eval_base_first.jsonl", run_dir / "eval_adapter_first.jsonl")
-        both_vs_one = compare(run_dir / "eval_base_first.jsonl", run_dir / "eval_before.jsonl")
+    if kind == "samples":
+        pk = c["pass_at_k"]
+        entry["measure"] = f"the first of {pk['samples']} seeded draws per item at temperature 1 (McNemar), and pass@1"
+        entry["pass_at_1"] = {"before": pk["pass_at_1_before"], "after": pk["pass_at_1_after"],
+                              "p_value": pk["pass_at_1_p"], "learned": len(pk["learned"]),
+                              "sharpened": len(pk["sharpened"]), "lost": len(pk["lost"])}
+        greedy = compare(run_dir / "eval_before.jsonl", run_dir / "eval_after.jsonl")
+        entry["greedy"] = {"before": greedy["accuracy_before"], "after": greedy["accuracy_after"],
+                           "p_value": greedy["mcnemar_p"], "wrong_to_right": len(greedy["wrong_to_right"]),
+                           "right_to_wrong": len(greedy["right_to_wrong"])}
+    if "base_first" in paths and "adapter_first" in paths:
+        one = compare(paths["base_first"], paths["adapter_first"])
+        both_vs_one = compare(paths["base_first"], paths["before"])
         entry["one_picture"] = {"before": one["accuracy_before"], "after": one["accuracy_after"],
-                                "p_value": one["mcnemar_p"], "before_records": paths["eval_base_first"],
-                                "after_records": paths["eval_adapter_first"],
+                                "p_value": one["mcnemar_p"], "before_records": _relative(paths["base_first"]),
+                                "after_records": _relative(paths["adapter_first"]),
                                 "both_vs_one_p": both_vs_one["mcnemar_p"]}
+        if kind == "samples":
+            entry["one_picture"]["pass_at_1"] = [one["pass_at_k"]["pass_at_1_before"],
+                                                 one["pass_at_k"]["pass_at_1_after"]]
     return entry
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
 
 
 def _config(run_dir: Path) -> dict:
@@ -76,18 +136,64 @@ def markdown(results: dict) -> str:
                      f"{e['wrong_to_right']} / {e['right_to_wrong']} | {seen} |")
     for e in results.get("learning", []):
         verdict = "a significant gain" if e["p_value"] < 0.01 else "no significant gain (p >= 0.01)"
-        lines += ["", f"**{e['task']}**: {verdict}. " + " ".join(f"{note}." for note in e.get("notes", []))]
+        measured = []
+        if e.get("pass_at_1"):
+            pk, g = e["pass_at_1"], e["greedy"]
+            measured = [(f"Measured on {e['measure']}: pass@1 {pk['before']:.1%} -> {pk['after']:.1%} (paired "
+                        f"permutation p = {pk['p_value']:.3g}; {pk['learned']} items learned, {pk['sharpened']} "
+                        f"sharpened, {pk['lost']} lost). Greedy: {g['before']:.1%} -> {g['after']:.1%} "
+                        f"({g['wrong_to_right']} / {g['right_to_wrong']}, p = {g['p_value']:.3g}).")]
+        notes = [f"{note}." for note in e.get("notes", [])]
+        lines += ["", " ".join([f"**{e['task']}**: {verdict}.", *measured, *notes])]
+    for e in results.get("learning", []):
+        if e.get("seeds"):
+            lines += seeds_table(e)
     lines += ["", READING]
-    lines += ["", ("Records: bench/results/inputs/<task>/ (eval_before, eval_after; eval_base_first and "
-              "eval_adapter_first: the same items with each item's second picture blanked, `vlrl eval --images "
-              "first`). Commands: bench/inputs_learning.py's docstring."), ""]
+    lines += ["", ("Records: bench/results/inputs/<task>/ (samples_before, samples_after; samples_base_first and "
+              "samples_adapter_first: the same items and draws with each item's second picture blanked, `vlrl eval "
+              "--images first --samples 8`); the warmN rows' greedy records are in git, at the commits inputs.json "
+              "names. Commands: bench/inputs_learning.py's docstring."), ""]
     return "\n".join(lines)
 
 
-def main(task: str, run_dir: str) -> None:
+def seed_row(run_dir: Path) -> dict:
+    """One training seed's figures from its run directory (its records stay there: bench/ keeps numbers, not runs)."""
+    row = {"seed": _config(run_dir)["training"]["seed"], "run": run_dir.name}
+    for kind in ("samples", "eval"):
+        c = compare(run_dir / f"{kind}_before.jsonl", run_dir / f"{kind}_after.jsonl")
+        row[kind] = {"before": c["accuracy_before"], "after": c["accuracy_after"], "p_value": c["mcnemar_p"],
+                     "wrong_to_right": len(c["wrong_to_right"]), "right_to_wrong": len(c["right_to_wrong"])}
+        if kind == "samples":
+            pk = c["pass_at_k"]
+            row["pass_at_1"] = {"before": pk["pass_at_1_before"], "after": pk["pass_at_1_after"],
+                                "p_value": pk["pass_at_1_p"]}
+    return row
+
+
+def seeds_table(entry: dict) -> list[str]:
+    title = (f"**{entry['task']}** under each training seed (`--set training.seed=S`, the same held-out items and "
+             "draws):")
+    header = ("| training seed | first draw before -> after | gained / lost | McNemar p | pass@1 before -> after | "
+              "permutation p | greedy before -> after (p) |")
+    lines = ["", title, "", header, "|---|---|---|---|---|---|---|"]
+    for r in entry["seeds"]:
+        s, pk, g = r["samples"], r["pass_at_1"], r["eval"]
+        lines.append(f"| {r['seed']} | {s['before']:.1%} -> {s['after']:.1%} | {s['wrong_to_right']} / "
+                     f"{s['right_to_wrong']} | {s['p_value']:.2g} | {pk['before']:.1%} -> {pk['after']:.1%} | "
+                     f"{pk['p_value']:.2g} | {g['before']:.1%} -> {g['after']:.1%} ({g['p_value']:.2g}) |")
+    significant = sum(r["samples"]["p_value"] < 0.01 and r["samples"]["after"] > r["samples"]["before"]
+                      for r in entry["seeds"])
+    lines += ["", f"{significant} of {len(entry['seeds'])} seeds gained significantly on the first draw (p < 0.01)."]
+    return lines
+
+
+def main(task: str, run_dir: str, *seed_runs: str) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"learning": [], "gpu": []}
     results["learning"] = [e for e in results.get("learning", []) if e["task"] != task]
-    results["learning"].append(learning_entry(task, Path(run_dir)))
+    entry = learning_entry(task, Path(run_dir))
+    if seed_runs:
+        entry["seeds"] = sorted((seed_row(Path(d)) for d in (run_dir, *seed_runs)), key=lambda r: r["seed"])
+    results["learning"].append(entry)
     results.setdefault("gpu", [])
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     RESULTS.with_suffix(".md").write_text(markdown(results))
@@ -95,4 +201,4 @@ def main(task: str, run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:])

@@ -70,23 +70,28 @@ def test_validation_refuses_groups_split_across_micro_batches_of_a_process():
         cfg.preset("tiny", overrides=["training.dynamic_sampling=-1"])
 
 
+def _one_step_trainer(tmp_path, override: str):
+    """The tiny preset's single-turn trainer, one step of 8 rows, with `override`; and `encode`: a text as a
+    completion's token ids, its <|im_end|> included."""
+    from vlrl import run
+    from vlrl.training import train
+
+    config = cfg.preset("tiny", overrides=["training.max_steps=1", "training.per_device_train_batch_size=8",
+                                           "training.gradient_accumulation_steps=1", override])
+    policy, processor = run.load_policy(config, log=lambda *_: None)
+    train_ds, _ = run.prepare(config, processor, log=lambda *_: None)
+    trainer = train.build_trainer(config, policy, processor, train_ds, tmp_path, log=lambda *_: None)
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    return trainer, train_ds, lambda text: processor.tokenizer.encode(text, add_special_tokens=False) + [end]
+
+
 @pytest.mark.slow
 def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     """Rollouts fixed per prompt (as tests/two_process_worker.py's canned answers): the step's first prompt gets one
     answer four times (a flat group), every other prompt four different answers. With dynamic sampling the flat group
     is replaced by a fresh one that differs; the logged rewards stay the first draw's."""
-    from vlrl import run
-    from vlrl.training import train
-
-    config = cfg.preset("tiny", overrides=["training.max_steps=1", "training.dynamic_sampling=4",
-                                           "training.per_device_train_batch_size=8",
-                                           "training.gradient_accumulation_steps=1"])
-    policy, processor = run.load_policy(config, log=lambda *_: None)
-    train_ds, _ = run.prepare(config, processor, log=lambda *_: None)
-    trainer = train.build_trainer(config, policy, processor, train_ds, tmp_path, log=lambda *_: None)
-    tokenizer = processor.tokenizer
-    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
-    answers = [tokenizer.encode(t, add_special_tokens=False) + [end] for t in
+    trainer, train_ds, encode = _one_step_trainer(tmp_path, "training.dynamic_sampling=4")
+    answers = [encode(t) for t in
                ("<REASONING>a</REASONING><SOLUTION>3</SOLUTION>", "<SOLUTION>5</SOLUTION>", "it is 2", "<REASONING>")]
     flat = []  # the prompt that always gets the same answer
 
@@ -113,6 +118,20 @@ def test_a_single_turn_step_draws_new_groups_for_flat_ones(tiny_dir, tmp_path):
     assert (monitor.seen, step_line.scored, len(collapse.samples)) == (8, 8, 8)
     assert batch["advantages"].view(2, 4).abs().sum(dim=1).gt(0).all()
     assert batch["num_items_in_batch"] == batch["completion_mask"].sum()
+
+
+@pytest.mark.slow
+def test_a_group_of_eight_equal_rewards_is_logged_flat(tiny_dir, tmp_path):
+    """Eight copies of one answer: their weighted rewards (0.3 x format + correctness, float32) are equal, but TRL's
+    own frac_reward_zero_std reads their std (~6e-8, not 0) as spread. The step logs the group flat, and so does the
+    collapse monitor that reads it."""
+    trainer, train_ds, encode = _one_step_trainer(tmp_path, "training.num_generations=8")
+    answer = encode("<REASONING>a</REASONING><SOLUTION>3</SOLUTION>")
+    trainer.generate_rollouts = lambda prompt_ids, *args, **kwargs: ([list(answer) for _ in prompt_ids], None)
+    trainer.generate_and_score([train_ds[0]] * 8)
+    rewards = trainer._rewards
+    assert torch.equal(rewards, rewards[:1].expand_as(rewards)) and rewards.std().item() > 1e-8  # what TRL misread
+    assert trainer.train_metrics["frac_reward_zero_std"] == [1.0]
 
 
 @pytest.mark.slow

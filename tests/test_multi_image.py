@@ -174,9 +174,11 @@ def test_data_inspect_shows_the_image_tokens_a_budget_gives(tiny_base_dir, tmp_p
 # --- the tiny Qwen3-VL on two pictures per item ---------------------------------------------------------------------
 
 @pytest.mark.slow
+@pytest.mark.head_lora  # the run file's LoRA on the output layer
 def test_the_two_images_run_file_trains_and_every_picture_reaches_records_and_report(tmp_path):
-    """bench/learning/two-images.toml, a few steps: the warm start, both evals (the engine decoding two pictures per
-    context), GSPO steps (the forward over both pictures' pixel rows), the records with every picture, the report."""
+    """bench/learning/two-images.toml, a few steps: the warm start, both evals, greedy and sampled (the engine decoding
+    two pictures per context), GSPO steps (the forward over both pictures' pixel rows), the records with every picture,
+    the report."""
     from vlrl import run
     from vlrl.evaluation.records import image_paths, read_records
     from vlrl.report.blocks import flips
@@ -184,6 +186,7 @@ def test_the_two_images_run_file_trains_and_every_picture_reaches_records_and_re
     config = cfg.load(TWO_IMAGES, overrides=[  # a shorter warm start (cached once): the format, so rewards differ
         "model.warm_start_steps=150", "model.warm_start_items=512", "data.num_items=24", "data.hold_out=6",
         "training.max_steps=2", "training.save_steps=2", "training.max_completion_length=16",
+        "training.warmup_steps=0",  # both steps train: one of them has spread enough (16 tokens cut most answers)
         "eval.max_new_tokens=16", "data.max_pixels=4096"])
     lines = []
     run.run(config, tmp_path, log=lines.append)
@@ -193,6 +196,9 @@ def test_the_two_images_run_file_trains_and_every_picture_reaches_records_and_re
     assert len(before) == 6 and all(r["question"].count("<image>") == 2 for r in before)
     assert all(r["prompt_tokens"] > 8 for r in before)  # both pictures' 4 tokens each, in the decoded context
     assert all(len(image_paths(tmp_path / "eval_images", r["id"])) == 2 for r in before)
+    for side in ("before", "after"):  # the run file's sampled evals, the measure of its learning row
+        sampled = read_records(tmp_path / f"samples_{side}.jsonl")
+        assert [r["id"] for r in sampled] == [r["id"] for r in before] and all(len(r["draws"]) == 8 for r in sampled)
     steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps if "rewards/format_reward/mean" in s] == [1, 2]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()

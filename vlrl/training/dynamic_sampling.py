@@ -11,7 +11,8 @@ run's seed, the step and the draw, so a resumed run draws the same ones; each pr
 the one that needs most, since generation and scoring gather across processes. A group still flat after the last
 draw is trained as it is (its advantage is 0). Every step logs, on or off:
 
-- `frac_reward_zero_std`: the share of the step's first-drawn groups whose rewards were all equal (TRL's name);
+- `frac_reward_zero_std`: the share of the step's first-drawn groups whose rewards were all equal (TRL's name;
+  counted by `flat_groups`, since TRL's own count misses groups whose equal rewards' float32 std is not 0);
 - `dynamic_sampling/extra_groups`: groups drawn again (on), those that came back flat too included: the redraws' cost;
 - `dynamic_sampling/frac_zero_std_after`: the share still flat in what trains (on);
 - `dynamic_sampling/generated_tokens`: single-turn runs' completion tokens of every draw, the first included (on;
@@ -185,6 +186,13 @@ class Redraws:
 
     def generate_and_score(self, inputs):
         out = super().generate_and_score(inputs)
+        if self.model.training and self._rewards is not None:
+            # TRL's frac_reward_zero_std asks isclose(std, 0) (atol 1e-8), but a flat group of weighted rewards
+            # (0.3 x 2 + 1.0 x 2 in float32) has a std of ~2.5e-7: TRL logs 0 flat groups where every one is. The
+            # share is this step's flat groups by `flat_groups`, the rule the redraws use (read by the collapse monitor)
+            zero_std = self.train_metrics.get("frac_reward_zero_std")
+            if zero_std:
+                zero_std[-1] = flat_groups(self._rewards, self.num_generations).float().mean().item()
         if not self.model.training or not self.dynamic_sampling:
             return out
         with self.metrics_discarded(), contextlib.ExitStack() as paused:  # the logged numbers stay the first draw's
