@@ -11,8 +11,8 @@ run's seed, the step and the draw, so a resumed run draws the same ones; each pr
 the one that needs most, since generation and scoring gather across processes. A group still flat after the last
 draw is trained as it is (its advantage is 0). Every step logs, on or off:
 
-- `frac_reward_zero_std`: the share of the step's first-drawn groups whose rewards were all equal (TRL's name;
-  counted by `flat_groups`, since TRL's own count misses groups whose equal rewards' float32 std is not 0);
+- `frac_reward_zero_std`: the share of first-drawn groups with equal rewards (TRL's name; `flat_groups` counts it:
+  TRL's misses equal rewards whose float32 std is not 0);
 - `dynamic_sampling/extra_groups`: groups drawn again (on), those that came back flat too included: the redraws' cost;
 - `dynamic_sampling/frac_zero_std_after`: the share still flat in what trains (on);
 - `dynamic_sampling/generated_tokens`: single-turn runs' completion tokens of every draw, the first included (on;
