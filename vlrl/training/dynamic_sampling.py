@@ -18,11 +18,10 @@ draw is trained as it is (its advantage is 0). Every step logs, on or off:
 - `dynamic_sampling/generated_tokens`: single-turn runs' completion tokens of every draw, the first included (on;
   episode runs log `episodes/generated_tokens`, redraws included, on or off).
 
-`redraw_groups` is the loop of both kinds of run: `Redraws` is mixed into vlrl's single-turn trainer, and
-`vlrl.training.episode_trainer` runs it over episodes. Every number logged of the step's samples (`reward`,
-`rewards/*`, `completions/*`, `degeneration/*`, `frac_reward_zero_std`) describes the first draw: the policy's sample
-of the step's prompts, which the redraws' selection (groups that differ) would bias; what the redraws cost and what
-trains after them is `dynamic_sampling/*`.
+`redraw_groups` is the loop of both kinds of run (`Redraws` in vlrl's single-turn trainer; episodes in
+`vlrl.training.episode_trainer`). Every number logged of the step's samples (`reward`, `rewards/*`, `completions/*`,
+`degeneration/*`, `frac_reward_zero_std`) describes the first draw, which the redraws' selection would bias; what
+the redraws cost and what trains after them is `dynamic_sampling/*`.
 """
 
 from __future__ import annotations
