@@ -26,7 +26,7 @@ from vlrl.config.sections import (
     TrainingConfig,
     did_you_mean,
 )
-from vlrl.model import pixel_budget
+from vlrl.model import memory_cap, pixel_budget
 
 MIN_ANSWER_TOKENS = 16  # after a thinking budget: </think>, "\n\n" and the shortest tagged answer
 
@@ -84,8 +84,8 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[model] decode_format = {m.decode_format!r} repacks a 4-bit base on the transformers backend; this run "
             f"loads {'a 4-bit base on Unsloth' if m.load_in_4bit else 'its weights unquantized'}. Set "
             'decode_format = "auto".')
-    if m.memory_cap_gib < 0:
-        add(f"[model] memory_cap_gib = {m.memory_cap_gib:g} must be 0 (no cap) or a size in GiB, e.g. 23.")
+    if memory_cap.cap_problem(m.memory_cap_gib):
+        add(memory_cap.cap_problem(m.memory_cap_gib))
     if m.backend not in BACKENDS:
         add(f"[model] backend = {m.backend!r} is unknown; choose one of {', '.join(BACKENDS)}."
             f"{did_you_mean(m.backend, BACKENDS)}")

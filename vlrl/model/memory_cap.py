@@ -41,6 +41,15 @@ def cap_fraction(cap_bytes: float, total: int, free: int, reserved: int) -> floa
     return (cap_bytes - outside) / total
 
 
+def cap_problem(cap_gib: float) -> str | None:
+    """What is wrong with `[model] memory_cap_gib` in one line (`vlrl validate` and `cap_memory` both say it), or None.
+
+    >>> cap_problem(23) is None, cap_problem(-1)[:36]
+    (True, '[model] memory_cap_gib = -1 must be ')
+    """
+    return None if cap_gib >= 0 else f"[model] memory_cap_gib = {cap_gib:g} must be 0 (no cap) or a size in GiB, e.g. 23."
+
+
 def cap_memory(cap_gib: float, log=print) -> dict | None:
     """Caps this process's GPU memory at `cap_gib` GiB (0: no cap). Call it once, before the model loads.
 
@@ -55,8 +64,8 @@ def cap_memory(cap_gib: float, log=print) -> dict | None:
         return None
     import torch
 
-    if cap_gib < 0:
-        raise ConfigError(f"[model] memory_cap_gib = {cap_gib:g} must be 0 (no cap) or a size in GiB, e.g. 23.")
+    if cap_problem(cap_gib):
+        raise ConfigError(cap_problem(cap_gib))
     if not torch.cuda.is_available():
         raise ConfigError(f"[model] memory_cap_gib = {cap_gib:g} caps a CUDA GPU's memory, and this machine has none; "
                           "leave it 0 on CPU.")
