@@ -13,6 +13,13 @@ Paths (each loads the model afresh; the checkpoint is built once):
 
     python bench/gpu_engine.py --size 8b --completion 256 --paths trl vlrl vlrl-int8 --out $OUT/engine
     python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 32 --micro-batch 4
+    python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --inputs 2-images 16-frames  # issue 48
+
+`--inputs` names what each item shows (one run per path and input): `1-image` (a 512x512 picture, the default),
+`2-images` (two 512x512 charts, `two_chart_compare`: the multi-image preset's shape, `--set data.max_images=2`) or
+`16-frames` (a 16-frame clip of 512x512 frames, `shape_motion` at 8 frames a second, scaled by the processor's video
+budget to 16 x 256 x 256 pixels: `--set data.video_max_pixels=1048576`, 512 video tokens). Both take prompts up to
+1,024 tokens, as the preset does (`[data] max_prompt_tokens`).
 
 One JSON per (path, completion) under --out, and a table line per run (`RESULT`). The bound: the language model's
 4-bit weights (every non-vision weight of the NF4 model, `gpu_gspo.weight_bytes`) read once per decoding step at
@@ -40,11 +47,18 @@ def say(text: str) -> None:
     print(f"T+{time.time() - START:6.1f}s {text}", flush=True)
 
 
-def dataset(count: int):
+INPUTS = {"1-image": (), "2-images": ("two_chart_compare",), "16-frames": ("shape_motion",)}
+CLIP_FRAMES, CLIP_PIXELS = 16, 16 * 256 * 256  # the video row: 16 frames, the clip's pixel budget (all frames)
+
+
+def dataset(count: int, inputs: str = "1-image"):
     from vlrl.base import synthetic
     from vlrl.model import prompts
 
-    return prompts.to_dataset(synthetic.generate(count, seed=3, image_size=512))
+    if inputs == "16-frames":  # the synthetic clips are MOTION_FRAMES long; the row draws them 16 frames long
+        synthetic.MOTION_FRAMES, synthetic.MOTION_FPS = CLIP_FRAMES, 8
+    tasks = INPUTS[inputs] or synthetic.TASKS
+    return prompts.to_dataset(synthetic.generate(count, seed=3, image_size=512, tasks=tasks))
 
 
 def load(path: Path, fmt: str | None, four_bit: bool = True):
@@ -87,18 +101,22 @@ def vlrl_trainer(args, policy, processor, data, out: Path):
     t.num_generations, t.generation_batch_size = 4, args.generation_batch
     t.max_completion_length, t.max_steps, t.learning_rate = args.completion, args.steps + args.warmup, 5e-6
     t.save_steps, t.logging_steps = 10_000, 1
-    config.data.max_prompt_tokens = 512  # a 512x512 picture is 256 image tokens, plus the question
+    config.data.max_prompt_tokens = 512 if args.inputs == ["1-image"] else 1024  # a 512x512 picture: 256 tokens
     return train.build_trainer(config, policy, processor, data, out)
 
 
-def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
+def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-image") -> dict:
     import torch
 
     fmt = path.split("-", 1)[1] if path.startswith("vlrl-") else None
-    say(f"{path}: loading")
+    say(f"{path}: loading ({inputs})")
     policy, processor, packed, nf4_bytes = load(checkpoint, fmt, not args.bf16)
-    data = dataset(32 * (args.steps + args.warmup) // 4 + 8)
-    out = Path(args.out) / f"run-{path}-{args.completion}"
+    if inputs == "16-frames":
+        from vlrl.model.pixel_budget import set_video_budget
+
+        say(f"video budget {set_video_budget(processor, CLIP_PIXELS)}")
+    data = dataset(32 * (args.steps + args.warmup) // 4 + 8, inputs)
+    out = Path(args.out) / f"run-{path}-{args.completion}-{inputs}"
     build = plain_trl_trainer if path == "trl" else vlrl_trainer
     trainer = build(args, policy, processor, data, out)
     timer, steps = Timer(), []
@@ -122,7 +140,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
     decode_ms = 1000 * gen_s / (calls * mean_length)
     bound_ms = 1000 * nf4_bytes / (bandwidth / 2)
     result = {
-        "path": path, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
+        "path": path, "input": inputs, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
         "generation_batch": 32 if path == "trl" else args.generation_batch,
         "micro_batch": 8 if path == "trl" else args.micro_batch, "steps": steps, "step_s": step_s,
         "generation_s": gen_s, "training_s": step_s - gen_s, "mean_completion_tokens": mean_length,
@@ -136,7 +154,8 @@ def run(args, path: str, checkpoint: Path, bandwidth: float) -> dict:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     result["weights"] = "bf16" if args.bf16 else "nf4"
     weights = "_bf16" if args.bf16 else ""
-    name = f"gspo_{args.size}_{path}{weights}_{args.completion}_gen{result['generation_batch']}.json"
+    label = "" if inputs == "1-image" else f"_{inputs}"
+    name = f"gspo_{args.size}_{path}{weights}_{args.completion}{label}_gen{result['generation_batch']}.json"
     (Path(args.out) / name).write_text(json.dumps(result, indent=2, default=str))
     keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
             "max_reserved_gib")
@@ -157,19 +176,21 @@ def main() -> None:
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--inputs", nargs="+", default=["1-image"], choices=INPUTS, help="what each item shows")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/engine")
     args = p.parse_args()
     checkpoint = build_checkpoint(args.size, Path(args.checkpoints))
     bandwidth = copy_bandwidth()
     say(f"checkpoint {checkpoint}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     for path in args.paths:
-        try:
-            run(args, path, checkpoint, bandwidth)
-        except Exception as err:  # noqa: BLE001 - one path failing must not cost the others' numbers
-            import traceback
+        for inputs in args.inputs:
+            try:
+                run(args, path, checkpoint, bandwidth, inputs)
+            except Exception as err:  # noqa: BLE001 - one path failing must not cost the others' numbers
+                import traceback
 
-            traceback.print_exc()
-            print("FAILED", path, type(err).__name__, str(err)[:500], flush=True)
+                traceback.print_exc()
+                print("FAILED", path, inputs, type(err).__name__, str(err)[:500], flush=True)
 
 
 if __name__ == "__main__":

@@ -154,16 +154,72 @@ fix_lane3() {  # the 2B Crafter preset's own step (16 episodes, 2 generation bat
   VLRL_SKIP_EVALS=1 episodes c2b-train qwen3-vl-2b-crafter $CKPT/qwen3-vl-2b-random 8 4
 }
 
+# PLAN=seeds (issues 49 and 48), every lane on the one GPU of a single-GPU machine: the Crafter demonstration and
+# the visual-math greedy demonstration under training seeds 0, 1 and 2 (the same held-out worlds and items), and the
+# 8B preset path's rows with 2 pictures and a 16-frame clip an item. The learning runs are tiny models, bound by the
+# host, so their seeds run side by side; the 8B rows ran beside them (step seconds an upper bound: bench/results/inputs.md).
+seed_run() {  # seed_run NAME CONFIG SEED [ARGS]: one training seed of a learning run file -> /tmp/learn/NAME-SEED
+  local name=$1 config=$2 seed=$3; shift 3
+  local start=$(date +%s)
+  python3 -m vlrl run --config "$config" --set training.seed="$seed" --run-dir /tmp/learn/$name-$seed "$@" \
+    2>&1 | grep --line-buffered -v "it/s]\|s/step]\|step/s]" > /tmp/learn/$name-$seed.log
+  echo "== $name-$seed rc=${PIPESTATUS[0]} $(( $(date +%s) - start ))s"
+  cp /tmp/learn/$name-$seed.log /tmp/learn/$name-$seed/run.log 2>/dev/null
+}
+
+seeds_lane0() {  # Crafter (crafter-learns.toml): seed 0 builds the warm start, then seeds 1 and 2 start beside it
+  export OMP_NUM_THREADS=2; mkdir -p /tmp/learn
+  seed_run crafter bench/learning/crafter-learns.toml 0 & local first=$!
+  until grep -q "^model: \|Error" /tmp/learn/crafter-0.log 2>/dev/null || ! kill -0 $first 2>/dev/null; do sleep 5; done
+  seed_run crafter bench/learning/crafter-learns.toml 1 & seed_run crafter bench/learning/crafter-learns.toml 2 &
+  wait
+}
+
+seeds_lane1() {  # visual math (offbyone-warm.toml, then offbyone.toml): one warm start, three seeds of GSPO
+  export OMP_NUM_THREADS=2; mkdir -p /tmp/learn
+  local start=$(date +%s)
+  python3 bench/learning/offbyone_data.py runs/offbyone-data > /tmp/learn/offbyone_data.log 2>&1
+  python3 -m vlrl sft --config bench/learning/offbyone-warm.toml --run-dir runs/offbyone-warm \
+    > /tmp/learn/offbyone-warm_sft.log 2>&1
+  echo "== offbyone-warm sft rc=$? $(( $(date +%s) - start ))s"
+  cp runs/offbyone-warm/sft/sft_log.jsonl /tmp/learn/offbyone-warm_sft_log.jsonl 2>/dev/null
+  for seed in 0 1 2; do seed_run offbyone bench/learning/offbyone.toml $seed & done
+  wait
+}
+
+seeds_lane2() {  # the 8B preset path (int8 decoding, 16 at once, micro-batch 4) at 1,024 tokens, by input
+  mkdir -p /tmp/learn
+  python3 bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --inputs 2-images 16-frames 1-image \
+    --steps 1 --generation-batch 16 --micro-batch 4 --checkpoints /tmp/ckpt --out /tmp/learn/inputs8b \
+    > /tmp/learn/inputs8b.log 2>&1
+  echo "== inputs8b rc=$?"; grep "^RESULT\|^FAILED" /tmp/learn/inputs8b.log
+}
+
+seeds_pack() {  # one tarball a demonstration (records, logs, train logs; no weights, frames or pages)
+  cp /tmp/lanes/*.log /tmp/learn/ 2>/dev/null
+  (cd /tmp/learn && for demo in crafter offbyone; do
+     tar -czf "$OUT/seeds_$demo.tar.gz" --exclude="*/checkpoints" --exclude="*/adapter" --exclude="*/episode_frames" \
+       --exclude="*/eval_images" --exclude="*/report.html" --exclude="*/plots" $(ls -d $demo-* 2>/dev/null)
+   done
+   tar -czf "$OUT/seeds_rest.tar.gz" --exclude="*/checkpoints" --exclude="*/adapter" --exclude="run-*" \
+     $(ls -d inputs8b* offbyone_* offbyone-warm* lane*.log 2>/dev/null))
+  ls -la "$OUT"
+}
+
 report() {  # each lane's markers, and every finished rehearsal's stages
   for n in 0 1 2 3; do
     echo "-- lane $n: $(cat /tmp/lanes/lane$n.done 2>/dev/null || echo running)"
     grep "^== \|^RESULT\|^ROW\|Error\|error:" /tmp/lanes/lane$n.log 2>/dev/null | cut -c1-300 | tail -8
+  done
+  for log in /tmp/learn/*.log; do  # PLAN=seeds: where each learning run is
+    [ -f "$log" ] && echo "$(basename "$log"): $(grep "^step \|^===\|Error\|^success\|^accuracy\|^RESULT" "$log" | tail -1 | cut -c1-160)"
   done
   nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv,noheader
   df -h /tmp | tail -1
 }
 
 pack() {  # $OUT's files come back at 16 MiB each at most: the learning runs, the rehearsals and the rest apart
+  [ "${PLAN:-presets}" = seeds ] && { seeds_pack; return; }
   cp /tmp/lanes/*.log /tmp/results/ 2>/dev/null
   ls -la /tmp/results
   (cd /tmp/results && tar -czf "$OUT/learn.tar.gz" $(ls -d learn_* offbyone* greedy* 2>/dev/null)
@@ -176,8 +232,9 @@ pack() {  # $OUT's files come back at 16 MiB each at most: the learning runs, th
 }
 
 wait_lanes() {  # wait_lanes SECONDS
-  local until=$(( $(date +%s) + $1 ))
-  while [ "$(date +%s)" -lt "$until" ] && [ "$(ls /tmp/lanes/*.done 2>/dev/null | wc -l)" -lt 4 ]; do sleep 10; done
+  local until=$(( $(date +%s) + $1 )) lanes=4
+  [ "${PLAN:-presets}" = seeds ] && lanes=3
+  while [ "$(date +%s)" -lt "$until" ] && [ "$(ls /tmp/lanes/*.done 2>/dev/null | wc -l)" -lt $lanes ]; do sleep 10; done
   report; pack
 }
 
@@ -186,8 +243,10 @@ case "${1:-}" in
     mkdir -p /tmp/lanes /tmp/results
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
     lane=lane; [ "${PLAN:-presets}" = rest ] && lane=rest_lane; [ "${PLAN:-presets}" = fix ] && lane=fix_lane
-    for n in 0 1 2 3; do
-      CUDA_VISIBLE_DEVICES=$n LANE_GPU=$n setsid bash -c "source bench/rehearse_all.sh; $lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
+    lanes="0 1 2 3"; [ "${PLAN:-presets}" = seeds ] && { lane=seeds_lane; lanes="0 1 2"; }
+    for n in $lanes; do
+      gpu=$n; [ "${PLAN:-presets}" = seeds ] && gpu=0  # one GPU: every lane on it
+      CUDA_VISIBLE_DEVICES=$gpu LANE_GPU=$gpu setsid bash -c "source bench/rehearse_all.sh; $lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
         > /tmp/lanes/lane$n.log 2>&1 < /dev/null &
     done
     sleep 2; wait_lanes "${2:-540}" ;;
