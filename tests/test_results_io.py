@@ -1,6 +1,9 @@
-"""bench/results_io.py's `pack`: a run directory as one results file, or as one key of a file of runs (`--key`)."""
+"""bench/results_io.py's `pack`: a run directory as one results file, or as one key of a file of runs (`--key`), and
+the committed file of runs (bench/results/rehearsal_runs.json) holding every run its pages name."""
 
+import fnmatch
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(ROOT / "bench"))
 
 from results_io import pack
@@ -63,3 +67,21 @@ def test_key_into_a_file_that_is_not_runs_is_one_line_and_writes_nothing(tmp_pat
 def test_a_missing_run_directory_is_one_line(tmp_path):
     done = pack_command(tmp_path / "nothing", tmp_path / "runs.json", "--key", "x")
     assert done.returncode == 1 and "is not a directory" in done.stderr and not (tmp_path / "runs.json").exists()
+
+
+def named_keys(text: str, file: str) -> list[str]:
+    """The run names a page gives for `file`: "`file` key `a`" or "`file` keys `a`, `b`"."""
+    names = []
+    for listed in re.findall(rf"`(?:results/)?{re.escape(file)}`\s+keys?\s+((?:`[^`]+`(?:,\s+)?)+)", text):
+        names += [name for name in re.findall(r"`([^`]+)`", listed) if not name.startswith("...")]
+    return names
+
+
+@pytest.mark.parametrize("file, pages", [
+    ("rehearsal_runs.json", ["rehearsal.md", "../README.md"]),
+])
+def test_every_run_a_page_names_is_in_its_file_of_runs(file, pages):
+    runs = json.loads((RESULTS / file).read_text())
+    named = [name for page in pages for name in named_keys((RESULTS / page).read_text(), file)]
+    assert len(named) >= 5, f"the pages name {named} in {file}"
+    assert [name for name in named if not fnmatch.filter(runs, name)] == []
