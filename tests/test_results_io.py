@@ -1,5 +1,5 @@
 """bench/results_io.py's `pack`: a run directory as one results file, or as one key of a file of runs (`--key`), and
-the committed file of runs (bench/results/rehearsal_runs.json) holding every run its pages name."""
+the committed files of runs (bench/results/rehearsal_runs.json, engine_runs.json) holding every run the pages name."""
 
 import fnmatch
 import json
@@ -79,9 +79,23 @@ def named_keys(text: str, file: str) -> list[str]:
 
 @pytest.mark.parametrize("file, pages", [
     ("rehearsal_runs.json", ["rehearsal.md", "../README.md"]),
+    ("engine_runs.json", ["engine.md", "qwen35.md", "../README.md"]),
 ])
 def test_every_run_a_page_names_is_in_its_file_of_runs(file, pages):
     runs = json.loads((RESULTS / file).read_text())
     named = [name for page in pages for name in named_keys((RESULTS / page).read_text(), file)]
     assert len(named) >= 5, f"the pages name {named} in {file}"
     assert [name for name in named if not fnmatch.filter(runs, name)] == []
+
+
+def test_engine_json_raw_pointers_reach_their_rows():
+    """engine.json's "raw" fields point into engine_runs.json as FILE#RUN/KEY (a KEY ending in / names a folder)."""
+    runs, pointers = json.loads((RESULTS / "engine_runs.json").read_text()), []
+    for raw in re.findall(r'"raw": "([^"]*)"', (RESULTS / "engine.json").read_text()):
+        pointers += [ref.split(" ")[0] for ref in raw.split(", ")]
+    assert len(pointers) >= 10
+    for pointer in pointers:
+        file, _, path = pointer.partition("#")
+        run, _, key = path.partition("/")
+        assert file == "engine_runs.json" and run in runs, pointer
+        assert not key or key in runs[run] or any(k.startswith(key) for k in runs[run]), pointer
