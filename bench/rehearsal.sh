@@ -6,6 +6,8 @@
 #   bash bench/rehearsal.sh mathvista NAME PRESET CHECKPOINT [ARGS]   run, on the rehearsal data, 2 training steps
 #   bash bench/rehearsal.sh decode SIZE CHECKPOINT    the decode table (bench/gpu_engine_decode.py) -> decode_SIZE.tar.gz
 # Results go to /tmp/results (kept across calls while the machine is held) and, when $OUT is set, to $OUT too;
+# a run's NAME.tar.gz, unpacked here, is kept as one key of bench/results/rehearsal_runs.json:
+#   tar -xzf NAME.tar.gz && python bench/results_io.py pack NAME bench/results/rehearsal_runs.json --key NAME
 # bench/rehearse_all.sh runs every preset at once, one GPU each, across several calls.
 # What a rehearsal changes and nothing else: the model (random weights of the real shape and config, saved like the
 # hub checkpoint; the 8B pre-quantized to bitsandbytes 4-bit as Unsloth's is, vision tower and lm_head in 16 bits),
@@ -99,7 +101,8 @@ rehearse() {  # rehearse NAME PRESET ARGS...
   echo "== $name rc=$rc $(( $(date +%s) - start ))s; nvidia-smi peak $(sort -n /tmp/runs/$name.mem | tail -1) MiB"
   tr '\r' '\n' < /tmp/runs/$name.log | grep -v "it/s\]\|s/it\]\|^\s*$\|^{'loss\|Warning\|warn(" | grep -i "error\|eval:\|data:\|adapter\|gguf\|merged\|done in\|Traceback" | tail -${TAIL:-12}
   summarize "$name" "$dir"
-  cp /tmp/runs/$name.log /tmp/runs/$name.mem /tmp/runs/$name.stages.json "$dir"/ 2>/dev/null
+  cp /tmp/runs/$name.log "$dir"/run.log  # the names rehearsal_runs.json keeps
+  cp /tmp/runs/$name.mem "$dir"/nvidia_smi_mib.txt; cp /tmp/runs/$name.stages.json "$dir"/stages.json 2>/dev/null
   tar -czf /tmp/results/$name.tar.gz -C /tmp/runs --exclude="$name/checkpoints" --exclude="$name/eval_images" \
     --exclude="$name/episode_frames" --exclude="*.safetensors" --exclude="*.gguf" --exclude=tokenizer.json "$name"
   [ -n "${OUT:-}" ] && cp /tmp/results/$name.tar.gz "$OUT"/
