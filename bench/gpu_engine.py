@@ -15,11 +15,9 @@ Paths (each loads the model afresh; the checkpoint is built once):
     python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --generation-batch 32 --micro-batch 4
     python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --inputs 2-images 16-frames  # issue 48
 
-`--inputs` names what each item shows (one run per path and input): `1-image` (a 512x512 picture, the default),
-`2-images` (two 512x512 charts, `two_chart_compare`: the multi-image preset's shape, `--set data.max_images=2`) or
-`16-frames` (a 16-frame clip of 512x512 frames, `shape_motion` at 8 frames a second, scaled by the processor's video
-budget to 16 x 256 x 256 pixels: `--set data.video_max_pixels=1048576`, 512 video tokens). Both take prompts up to
-1,024 tokens, as the preset does (`[data] max_prompt_tokens`).
+`--inputs`, one run per path and input: `1-image` (512x512, the default), `2-images` (two 512x512 charts,
+`two_chart_compare`), `16-frames` (16 frames of 512x512, `shape_motion`, under a clip budget of 16 x 256 x 256
+pixels: 512 video tokens); prompts up to 1,024 tokens for the last two (bench/results/inputs.md).
 
 One JSON per (path, completion) under --out, and a table line per run (`RESULT`). The bound: the language model's
 4-bit weights (every non-vision weight of the NF4 model, `gpu_gspo.weight_bytes`) read once per decoding step at
@@ -41,6 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_gspo import SHAPES, Timer, build_checkpoint, copy_bandwidth, step_clock, weight_bytes
 
 START = time.time()
+# What `vlrl run` gets (vlrl.model.loading sets it when the user has not): this script starts CUDA (the copy bandwidth)
+# before the loader could, so it sets it itself. Results from before 2026-11-29 ran without it unless the shell set it.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 
 def say(text: str) -> None:

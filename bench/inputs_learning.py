@@ -6,6 +6,7 @@ with the paired test and the one-picture baseline, its before/after records comm
     python -m vlrl eval --run-dir $R $S --output $R/samples_base_first.jsonl
     python -m vlrl eval --run-dir $R --adapter $R/adapter $S --output $R/samples_adapter_first.jsonl
     python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
+    python bench/inputs_learning.py gpu ALONE_DIR EXPANDABLE_DIR   # the GPU table: bench/gpu_engine.py --inputs results
 
 A run with `[eval] samples` (the two-images run file) is compared on its sampled evals, the policy GSPO trains: each
 item's first draw (the paired McNemar test) and pass@1 over the draws (the paired permutation test); its greedy evals'
@@ -149,6 +150,7 @@ def markdown(results: dict) -> str:
         if e.get("seeds"):
             lines += seeds_table(e)
     lines += ["", READING]
+    lines += gpu_table(results.get("gpu", []))
     lines += ["", ("Records: bench/results/inputs/<task>/ (samples_before, samples_after; samples_base_first and "
               "samples_adapter_first: the same items and draws with each item's second picture blanked, `vlrl eval "
               "--images first --samples 8`); the warmN rows' greedy records are in git, at the commits inputs.json "
@@ -200,5 +202,60 @@ def main(task: str, run_dir: str, *seed_runs: str) -> None:
     print(markdown(results))
 
 
+GPU_COMMAND = ("python bench/gpu_engine.py --size 8b --completion 1024 --paths vlrl-int8 --inputs 2-images 16-frames "
+               "1-image --steps 1 --generation-batch 16 --micro-batch 4")
+GPU_READING = """The 8B shape (Qwen3-VL-8B's config, random weights, the NF4 base decoded from int8), the preset's batch: 32
+completions of 1,024 tokens a step, 16 decoded at once, micro-batches of 4; 512x512 pictures. `2-images`: two charts
+an item (`two_chart_compare`; the multi-image preset is `qwen3-vl-8b-mathvista --set data.max_images=2`); `16-frames`:
+a 16-frame clip of 512x512 frames an item, scaled by the processor's video budget to 16 x 256 x 256 pixels
+(`--set data.video_max_pixels=1048576`: 512 video tokens); `1-image`: the MathVista preset's input, for reference.
+Speed and the first reserved column come from one call with nothing else on the GPU; that process started CUDA
+before vlrl's loader could set PyTorch's expandable segments, so its allocator cached fixed blocks. The second
+reserved column comes from the same rows in an earlier call, with expandable segments on (what `vlrl run` sets), run
+beside the tiny learning runs of bench/results/seeds.md (their speed there was 69-73% of this table's; memory is the
+process's own). Within 22 GiB reserved: the two-picture row, with expandable segments. The clip row and the
+one-picture row reserve 24.2 and 24.9 GiB for 17.5 and 18.1 GiB allocated: a 24 GB card holds them only if the
+allocator's slack fits, which bench/rehearsal.sh's hard cap (`[model] memory_cap_gib`) is there to show."""
+
+
+def gpu_rows(alone: Path, expandable: Path) -> list[dict]:
+    """One row per input from bench/gpu_engine.py's result files: speed and memory from the call alone on the GPU,
+    the reserved peak with expandable segments from the other call."""
+    rows = []
+    for path in sorted(alone.glob("gspo_*.json")):
+        r = json.loads(path.read_text())
+        other = json.loads((expandable / path.name).read_text()) if (expandable / path.name).exists() else {}
+        rows.append({"input": r.get("input", "1-image").replace("-", " "), "completion": r["completion"],
+                     "generation_batch": r["generation_batch"], "micro_batch": r["micro_batch"],
+                     "completion_tokens_per_s": r["completion_tokens_per_s"], "step_s": r["step_s"],
+                     "generation_s": r["generation_s"], "decode_bound_share": r["decode_bound_share"],
+                     "max_reserved_gib": other.get("max_reserved_gib", r["max_reserved_gib"]),
+                     "max_reserved_gib_default_allocator": r["max_reserved_gib"],
+                     "max_allocated_gib": r["max_allocated_gib"], "rollout_train_kl": r["rollout_train_kl"],
+                     "gpu": r["gpu"], "command": GPU_COMMAND})
+    return rows
+
+
+def gpu_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    lines = ["", "## GPU: the 8B preset path at 1,024 tokens, by input", "", f"    {GPU_COMMAND}", "",
+             ("| input | completion tok/s | step s | generation s | decode / bound | GiB reserved (alone) | GiB reserved "
+             "(expandable segments) | GiB allocated |"), "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['input']} | {r['completion_tokens_per_s']:.1f} | {r['step_s']:.2f} | "
+                     f"{r['generation_s']:.2f} | {r['decode_bound_share']:.1%} | "
+                     f"{r['max_reserved_gib_default_allocator']:.1f} | {r['max_reserved_gib']:.1f} | "
+                     f"{r['max_allocated_gib']:.1f} |")
+    return lines + ["", GPU_READING]
+
+
+def gpu_main(alone: str, expandable: str) -> None:
+    results = json.loads(RESULTS.read_text())
+    results["gpu"] = gpu_rows(Path(alone), Path(expandable))
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(results))
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    (gpu_main if sys.argv[1:2] == ["gpu"] else main)(*sys.argv[1 + (sys.argv[1:2] == ["gpu"]):])

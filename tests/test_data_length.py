@@ -119,3 +119,20 @@ def test_run_prepare_writes_the_data_report(tmp_path, processor):
     assert report["rows_read"] == 40 and report["rows_kept"] == 33
     assert report["skipped"]["non_numeric_answer"] == 7
     assert report["hold_out"]["eval"] == 8 and report["too_long"] == {"train": 0, "eval": 0}
+
+
+def test_cli_data_inspect_shows_what_a_video_budget_costs(capsys, processor):
+    base = str(processor.tokenizer.name_or_path)
+    flags = ["data", "inspect", "synthetic", "--tasks", "shape_motion", "--num-items", "3", "--image-size", "64",
+             "--processor", base, "--video-fps", "4", "--max-frames", "8", "-n", "1"]
+    assert main([*flags, "--video-max-pixels", "262144"]) == 0
+    text = capsys.readouterr().out
+    # 8 frames of 64x64, scaled up to the video processor's lower bound: 4 pairs of 4x4 merged patches
+    assert "video tokens per clip: min 64, median 64, max 64 (3 clips; video pixel budget 131072 .. 262144)" in text
+    assert "video of 8 frames at 4 fps" in text and "image tokens per item" not in text
+    assert main([*flags, "--video-max-pixels", "0", "--max-frames", "6"]) == 0  # the processor's own budget
+    assert "video of 6 frames" in capsys.readouterr().out
+    for bad, words in ((["--max-frames", "1"], "max_frames = 1 must be 0"), (["--video-fps", "0"], "video_fps = 0.0"),
+                       (["--video-max-pixels", "1000"], "video_max_pixels = 1000")):
+        assert main([*flags, *bad]) == 1
+        assert words in capsys.readouterr().err

@@ -28,7 +28,7 @@ LAYERS = (
     ("export", ("export",)),
     ("report", ("report",)),
     ("run", ("run", "run_episodes", "serve")),
-    ("cli", ("cli_parser", "cli", "__main__")),
+    ("cli", ("cli_parser", "cli_data", "cli", "__main__")),
 )
 
 # Modules that stood flat in vlrl/ before the layers became packages: the old name imports the same module object.

@@ -139,6 +139,11 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--min-pixels", type=int, default=0, help="with --processor: the pixel budget's lower bound")
     i.add_argument("--max-pixels", type=int, default=0,
                    help="with --processor: the pixel budget's upper bound (image tokens per item are shown)")
+    i.add_argument("--video-key", help="the video column (a file's path or a list of frames a row)")
+    i.add_argument("--video-fps", type=float, default=2.0, help="frames kept per second of a clip (default 2)")
+    i.add_argument("--max-frames", type=int, default=16, help="frames kept per clip at most (default 16; 0: no cap)")
+    i.add_argument("--video-max-pixels", type=int, default=0,
+                   help="with --processor: a clip's pixel budget, all frames together (video tokens per clip shown)")
     i.add_argument("--prompt-key", help="the question column (default: the loader's)")
     i.add_argument("--answer-key", help="the answer column (default: the loader's)")
     i.add_argument("--image-key", action="append", help="an image column (repeatable; default: the loader's)")

@@ -214,14 +214,8 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
     budget = pixel_budget.budget_problem(d.min_pixels, d.max_pixels)
     if budget:
         add(budget)
-    if not d.video_fps > 0:
-        add(f"[data] video_fps = {d.video_fps} must be more than 0 (frames kept per second of a video, e.g. 2).")
-    if d.max_frames < 0 or d.max_frames == 1:
-        add(f"[data] max_frames = {d.max_frames} must be 0 (no cap) or at least 2 (a clip's frames go to the model in "
-            "pairs).")
-    video_budget = pixel_budget.video_budget_problem(d.video_max_pixels)
-    if video_budget:
-        add(video_budget)
+    for problem in video_problems(d.video_fps, d.max_frames, d.video_max_pixels):
+        add(problem)
     if d.source == "synthetic":
         if 1 <= d.hold_out and d.hold_out >= d.num_items:
             add(f"[data] hold_out = {d.hold_out} must be smaller than num_items = {d.num_items}, or nothing is "
@@ -251,6 +245,19 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
         add(f"[export] formats = {config.export.formats} has unknown {unknown}; use any of "
             f"{', '.join(EXPORT_FORMATS)}.")
     return problems
+
+
+def video_problems(video_fps: float, max_frames: int, video_max_pixels: int) -> list[str]:
+    """What is wrong with the video settings of `[data]` (or `vlrl data inspect`'s flags of the same names), a line
+    each."""
+    found = []
+    if not video_fps > 0:
+        found.append(f"[data] video_fps = {video_fps} must be more than 0 (frames kept per second of a video, e.g. 2).")
+    if max_frames < 0 or max_frames == 1:
+        found.append(f"[data] max_frames = {max_frames} must be 0 (no cap) or at least 2 (a clip's frames go to the "
+                     "model in pairs).")
+    budget = pixel_budget.video_budget_problem(video_max_pixels)
+    return found + ([budget] if budget else [])
 
 
 def _correction_problems(config: RunConfig) -> list[str]:
