@@ -43,6 +43,10 @@ def slim(record: dict) -> dict:
     return kept
 
 
+def _records(run: RunDir, side: str, kind: str) -> Path:
+    return getattr(run, f"eval_{side}") if kind == "eval" else run.path / f"samples_{side}.jsonl"
+
+
 def figures(before: Path, after: Path) -> dict:
     """A seed's figures, from its committed records."""
     c = compare(read_records(before), read_records(after))
@@ -63,13 +67,17 @@ def main(argv=None) -> int:
     parser.add_argument("demo", help="the demonstration's name in seeds.json (grid, crafter, offbyone, ...)")
     parser.add_argument("runs", nargs="+", help="run directories of one configuration, one per training seed")
     parser.add_argument("--command", required=True, help="the command of one run, {seed} for its training seed")
+    parser.add_argument("--records", choices=("eval", "samples"), default="eval",
+                        help="which evals to commit and compare: eval_* (greedy, or an episode run's) or samples_* "
+                             "(seeded draws at temperature: the first draw per item is compared, as `vlrl compare`)")
     args = parser.parse_args(argv)
     out, entries, packed = RESULTS / "seeds" / args.demo, [], {}
     out.mkdir(parents=True, exist_ok=True)
     runs = sorted((RunDir.of(path) for path in args.runs), key=lambda run: run.config.training.seed)
     slimmed = {run.config.training.seed: {side: "".join(json.dumps(slim(r), separators=(",", ":")) + "\n"
                                                        for r in read_records(records))
-                                          for side, records in (("before", run.eval_before), ("after", run.eval_after))}
+                                          for side, records in (("before", _records(run, "before", args.records)),
+                                                                ("after", _records(run, "after", args.records)))}
                for run in runs}
     shared = len({text["before"] for text in slimmed.values()}) == 1
     for run in runs:
@@ -87,7 +95,7 @@ def main(argv=None) -> int:
                         "after": after.relative_to(ROOT).as_posix(), "run": (out / "runs.json").relative_to(ROOT)
                         .as_posix(), "run_key": f"seed-{seed}", **figures(before, after),
                         "command": args.command.format(seed=seed)})
-    pooled = compare_runs(args.runs)
+    pooled = compare_runs(args.runs, records=args.records)
     (out / "runs.json").write_text(json.dumps({**packed, "compare": pooled}, indent=1, ensure_ascii=False) + "\n")
     index = RESULTS / "seeds.json"
     kept = [e for e in json.loads(index.read_text()) if e["demo"] != args.demo] if index.exists() else []

@@ -106,3 +106,25 @@ def test_the_committed_seed_runs_are_what_seeds_json_says():
             (e["n_paired"], e["before_rate"], e["after_rate"], e["mcnemar_p"]), e["demo"]
     grid = [e for e in entries if e["demo"] == "grid"]
     assert sorted(e["seed"] for e in grid) == list(range(5)) and {e["n_paired"] for e in grid} == {200}
+
+
+def test_runs_compared_on_their_sampled_evals(tmp_path):
+    """records="samples": each item's first seeded draw (samples_before/after.jsonl), as `vlrl compare` reads them."""
+    def samples(path, first_right):
+        write(path, [{"id": f"item-{i}", "correct": i in first_right, "format_ok": True, "samples": 2,
+                      "num_correct": int(i in first_right),
+                      "draws": [{"correct": i in first_right, "format_ok": True}, {"correct": False, "format_ok": True}]}
+                     for i in range(20)])
+
+    runs = []
+    for seed, after in ((0, set(range(14))), (1, {0})):
+        run = RunDir(tmp_path / f"s{seed}").start(preset("tiny", overrides=[f"training.seed={seed}"]))
+        write(run.eval_before, [{"id": f"item-{i}", "correct": False, "format_ok": True} for i in range(20)])  # greedy
+        write(run.eval_after, [{"id": f"item-{i}", "correct": False, "format_ok": True} for i in range(20)])
+        samples(run.path / "samples_before.jsonl", {0})
+        samples(run.path / "samples_after.jsonl", after)
+        runs.append(run.path)
+    assert [r["gain"] for r in seeds.compare_runs(runs)["runs"]] == [0.0, 0.0]
+    result = seeds.compare_runs(runs, records="samples")
+    assert [round(r["gain"], 2) for r in result["runs"]] == [0.65, 0.0]
+    assert result["runs"][0]["p"] == mcnemar_exact(13, 0) and result["pooled"]["significant"] == 1

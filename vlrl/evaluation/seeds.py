@@ -24,11 +24,12 @@ from vlrl.evaluation.records import read_records
 SIGNIFICANT = 0.01  # the bar a seed's paired p must pass to count as a significant gain
 
 
-def compare_runs(run_dirs: list[str | Path]) -> dict:
+def compare_runs(run_dirs: list[str | Path], records: str = "eval") -> dict:
     """The per-run table and the pooled result of several runs of one configuration.
 
     Args:
         run_dirs: two or more run directories, each with eval_before.jsonl and eval_after.jsonl of the same items.
+        records: "eval" (those files) or "samples" (samples_before/after.jsonl: each item's first seeded draw).
 
     Returns:
         A JSON-ready dict: `metric` ("accuracy" or "success"), `runs` (per run: `run`, `seed` (its `[training]
@@ -44,17 +45,19 @@ def compare_runs(run_dirs: list[str | Path]) -> dict:
     rows, items, metric = [], None, None
     for path in run_dirs:
         run = RunDir.of(path)
+        files = (run.eval_before, run.eval_after) if records == "eval" else \
+            (run.path / "samples_before.jsonl", run.path / "samples_after.jsonl")
         try:
-            run.require(run.eval_before, run.eval_after, what="a comparison across seeds")
+            run.require(*files, what="a comparison across seeds")
         except RunDirError as err:
             raise EvalError(str(err)) from None
-        c = compare(run.eval_before, run.eval_after)
+        c = compare(*files)
         kind = "success" if c.get("kind") == "episodes" else "accuracy"
         if metric and kind != metric:
             raise EvalError(f"{run.path} holds {kind} records while the runs before it hold {metric} records; "
                             "compare runs of one configuration.")
         metric = kind
-        paired = _paired_ids(run)
+        paired = _paired_ids(*files)
         if items is not None and paired != items:
             raise EvalError(f"{run.path} evaluated other items than {rows[0]['run']} ({len(paired)} against "
                             f"{len(items)} paired ids); runs compared across seeds need the same held-out items.")
@@ -72,9 +75,9 @@ def compare_runs(run_dirs: list[str | Path]) -> dict:
     return {"metric": metric, "runs": rows, "pooled": pooled}
 
 
-def _paired_ids(run: RunDir) -> frozenset:
+def _paired_ids(before: Path, after: Path) -> frozenset:
     """The item ids a run's two evals share."""
-    ids = [{record.get("id") for record in read_records(path)} for path in (run.eval_before, run.eval_after)]
+    ids = [{record.get("id") for record in read_records(path)} for path in (before, after)]
     return frozenset(ids[0] & ids[1])
 
 
