@@ -152,6 +152,7 @@ def summary_lines(comparison: dict) -> list[str]:
     for mode, c in comparison.get("without_picture", {}).items():
         share = "n/a (no gain)" if c["surviving_share"] is None else f"{c['surviving_share']:.0%}"
         lines.append(f"{SEEN[mode]}: gain {c['gain_without']:+.1%} against {c['gain']:+.1%} with it "
-                     f"on {c['n_paired']} items, {share} of it survives (McNemar p = {c['p_without']:.3g}); the gain "
-                     f"needs the picture: paired permutation p = {c['p_needs_picture']:.3g}")
+                     f"on {c['n_paired']} items, {share} of it survives (McNemar p = {c['p_without']:.3g}); does the "
+                     f"gain need the picture? paired permutation p = {c['p_needs_picture']:.3g}: "
+                     f"{'yes' if c['p_needs_picture'] < 0.05 else 'not shown'}")
     return lines
