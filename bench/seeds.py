@@ -94,18 +94,22 @@ def main(argv=None) -> int:
         entries.append({"demo": args.demo, "seed": seed, "before": before.relative_to(ROOT).as_posix(),
                         "after": after.relative_to(ROOT).as_posix(), "run": (out / "runs.json").relative_to(ROOT)
                         .as_posix(), "run_key": f"seed-{seed}", **figures(before, after),
+                        **({"records": "samples: the first seeded draw an item"} if args.records == "samples" else {}),
                         "command": args.command.format(seed=seed)})
     pooled = compare_runs(args.runs, records=args.records)
     (out / "runs.json").write_text(json.dumps({**packed, "compare": pooled}, indent=1, ensure_ascii=False) + "\n")
     index = RESULTS / "seeds.json"
     kept = [e for e in json.loads(index.read_text()) if e["demo"] != args.demo] if index.exists() else []
     index.write_text(json.dumps(kept + sorted(entries, key=lambda e: e["seed"]), indent=1) + "\n")
-    print("| training seed | success before -> after (paired) | gained / lost | McNemar p | mean return | "
-          "return permutation p |\n|---|---|---|---|---|---|")
+    episodes = entries[0]["metric"] == "success"
+    print(f"| training seed | {entries[0]['metric']} before -> after (paired) | gained / lost | McNemar p |"
+          + (" mean return | return permutation p |\n|---|---|---|---|---|---|" if episodes else "\n|---|---|---|---|"))
     for e in sorted(entries, key=lambda e: e["seed"]):
-        print(f"| {e['seed']} | {e['before_rate']:.1%} -> {e['after_rate']:.1%} ({e['n_paired']}) | {e['gained']} / "
-              f"{e['lost']} | {e['mcnemar_p']:.2g} | {e.get('return_before', 0):.2f} -> {e.get('return_after', 0):.2f}"
-              f" | {e.get('return_permutation_p', float('nan')):.2g} |")
+        row = (f"| {e['seed']} | {e['before_rate']:.1%} -> {e['after_rate']:.1%} ({e['n_paired']}) | {e['gained']} / "
+               f"{e['lost']} | {e['mcnemar_p']:.2g} |")
+        if episodes:
+            row += f" {e['return_before']:.2f} -> {e['return_after']:.2f} | {e['return_permutation_p']:.2g} |"
+        print(row)
     print(summary(pooled))
     return 0
 
