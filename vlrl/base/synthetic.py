@@ -5,7 +5,8 @@ on these; so does the GPU learning demonstration. `difficulty` (1-3) widens valu
 shapes. `TASKS` (the default, which the tiny preset's warm start learned) are bar charts, circle counts and rectangle
 areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
 triangle angles: `generate(n, tasks="all")`. `MULTI_IMAGE_TASKS` show two charts per item (`images`, placed by the
-question's `<image>` markers): which one shows the larger value of a bar, and how much a bar changed between them.
+question's `<image>` markers): which one shows the larger value of a bar, how much a bar changed between them, and
+whether they show the same value (`two_chart_same`, the one whose single charts say nothing about the answer).
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
@@ -22,7 +23,7 @@ TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangl
 ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
                      "rectangle_perimeter", "triangle_angle")
 # Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS, whose items have one
-MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change")
+MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change", "two_chart_same")
 # Items of one clip each (`video`: its frames, drawn at MOTION_FPS; `vlrl.data.load_synthetic` writes it as an mp4 and
 # decodes it back): not in ALL_TASKS either
 VIDEO_TASKS = ("shape_motion",)
@@ -148,11 +149,15 @@ def _rectangle(w: int, h: int, size: int) -> Image.Image:
     return image
 
 
-def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficulty: int = 1) -> dict:
-    """One item of `task`: the image, the question, the gold answer and a short worked reasoning (for warm starts)."""
+def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficulty: int = 1,
+              same: bool | None = None) -> dict:
+    """One item of `task`: the image, the question, the gold answer and a short worked reasoning (for warm starts).
+    `same` fixes a `two_chart_same` item's answer (None: drawn; `generate` balances them)."""
     high = {1: 9, 2: 20, 3: 50}[difficulty]
     n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
     unit, choices = None, None
+    if task == "two_chart_same":
+        return _two_charts(task, rng, image_size, difficulty, high, same=rng.random() < 0.5 if same is None else same)
     if task in _EXTRA:
         return _EXTRA[task](rng, image_size, difficulty, high)
     if task.startswith("bar_"):
@@ -265,15 +270,28 @@ def _one_bar(value: int, size: int, high: int, rng: random.Random) -> Image.Imag
     return image
 
 
-def _two_charts(task, rng, size, difficulty, high):
+def _other_value(v1: int, high: int, rng: random.Random) -> int:
+    """A value at least a third of the scale from `v1`, drawn so that it is as uniform on 1..high as `v1` is: a cyclic
+    shift of 3 to 6 places of 9 (a third to two thirds of the scale). A plain draw among the far values would not be
+    (1 and 9 have six far values, 5 only four), and a chart's value would then hint at "same" or "different"."""
+    gap = -(-high // 3)
+    return (v1 - 1 + rng.randint(gap, high - gap)) % high + 1
+
+
+def _two_charts(task, rng, size, difficulty, high, same=None):
     """Two charts of the same bars, drawn from different values to one scale: "how much" needs both pictures. "Which"
     does not quite: difficulty 1 draws one bar a chart, at least a third of the scale apart, so the answer shows in the
     bars' heights, and the first chart alone predicts it 88.9% of the time (a first bar of 1-3 of 9 is always the
-    smaller, 7-9 always the larger: bench/results/inputs.md)."""
+    smaller, 7-9 always the larger: bench/results/inputs.md). "The same?" does: the shown bar's value is equal in
+    `same` items, else a third of the scale or more apart, and either chart's value is uniform under both answers, so
+    one chart alone is exactly a coin flip."""
     if difficulty == 1:
         v1 = rng.randint(1, high)
-        v2 = rng.choice([v for v in range(1, high + 1) if abs(v - v1) >= high // 3] if task == "two_chart_compare"
-                        else [v for v in range(1, high + 1) if v != v1])
+        if task == "two_chart_same":
+            v2 = v1 if same else _other_value(v1, high, rng)
+        else:
+            v2 = rng.choice([v for v in range(1, high + 1) if abs(v - v1) >= high // 3] if task == "two_chart_compare"
+                            else [v for v in range(1, high + 1) if v != v1])
         a, name = "A", "the bar"
         pictures = [_one_bar(v1, size, high, rng), _one_bar(v2, size, high, rng)]
     else:
@@ -281,8 +299,11 @@ def _two_charts(task, rng, size, difficulty, high):
         first = [rng.randint(1, high) for _ in range(n_bars)]
         second = [rng.randint(1, high) for _ in range(n_bars)]
         i = rng.randrange(n_bars)
-        while second[i] == first[i]:
-            second[i] = rng.randint(1, high)
+        if task == "two_chart_same":
+            second[i] = first[i] if same else _other_value(first[i], high, rng)
+        else:
+            while second[i] == first[i]:
+                second[i] = rng.randint(1, high)
         a, v1, v2 = LABELS[i], first[i], second[i]
         name = f"bar {a}"
         pictures = [_bar_chart(first, size, scale_to=high), _bar_chart(second, size, scale_to=high)]
@@ -291,6 +312,11 @@ def _two_charts(task, rng, size, difficulty, high):
         question = place + f"Which chart shows the larger value for {name}? Answer 1 for the first, 2 for the second."
         answer = 1 if v1 > v2 else 2
         reasoning = f"{name.capitalize()} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
+    elif task == "two_chart_same":
+        question = place + f"Do the two charts show the same value for {name}? Answer 1 for yes, 2 for no."
+        answer = 1 if v1 == v2 else 2
+        verdict = "the same" if answer == 1 else "different"
+        reasoning = f"{name.capitalize()} is {v1} in the first chart and {v2} in the second: {verdict}, so {answer}."
     else:
         question = place + f"How much did {name} change from the first chart to the second?"
         answer = v2 - v1
@@ -361,8 +387,24 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
     if unknown or not tasks:
         raise ValueError(f"unknown synthetic tasks {unknown or tasks!r}; choose from {', '.join(KNOWN_TASKS)} or 'all'")
     rng = random.Random(seed)
+    same = _balanced_same(n, seed, tasks)
     items = []
     for index in range(n):
-        item = make_item(tasks[index % len(tasks)], rng, image_size=image_size, difficulty=difficulty)
+        item = make_item(tasks[index % len(tasks)], rng, image_size=image_size, difficulty=difficulty,
+                         same=same.get(index))
         items.append({"id": f"synthetic-{seed}-{index}", **item})
     return items
+
+
+def _balanced_same(n: int, seed: int, tasks: tuple[str, ...]) -> dict[int, bool]:
+    """Which `two_chart_same` items of a draw show the same value: exactly half of them (one more "different" when
+    odd), in an order shuffled by its own generator, so the other tasks' items stay what the seed always drew.
+
+    >>> answers = _balanced_same(10, 0, ("two_chart_same",))
+    >>> sum(answers.values()), len(answers)
+    (5, 10)
+    """
+    indices = [index for index in range(n) if tasks[index % len(tasks)] == "two_chart_same"]
+    flags = [index < len(indices) // 2 for index in range(len(indices))]
+    random.Random(f"two_chart_same-{seed}").shuffle(flags)
+    return dict(zip(indices, flags))

@@ -9,10 +9,11 @@ before/after gain survives.
 content); `shuffled` gives each item another item's picture (a seeded derangement among the items with as many
 pictures, so none keeps its own; an item alone with its count of pictures cannot be shuffled and is left out,
 counted); `first` keeps each item's first picture and blanks the others (an item of several pictures seen through one
-of them; not a coin flip for every task: `two_chart_compare`'s first chart alone predicts 88.9% of its answers). A gain that survives a blank or a wrong picture was learned from the text: the answer format, the
-answer prior of the task, a guess that happens to fit. `picture_check` measures what survives: the gain with and
-without the right picture, the exact McNemar test of the gain without it, and a paired sign-flip permutation test
-of the per-item difference between the two gains (does the gain depend on the picture?).
+of them; not a coin flip for every task: `two_chart_compare`'s first chart alone predicts 88.9% of its answers,
+`two_chart_same`'s none). A gain that survives a blank or a wrong picture was learned from the text: the answer
+format, the answer prior of the task, a guess that happens to fit. `picture_check` measures what survives: the gain
+with and without the right picture, the exact McNemar test of the gain without it, and a paired sign-flip
+permutation test of the per-item difference between the two gains (does the gain depend on the picture?).
 """
 
 from __future__ import annotations
