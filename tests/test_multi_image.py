@@ -71,48 +71,53 @@ def test_the_documented_parquet_layout_puts_every_picture_first(tmp_path, monkey
 
 # --- generated pairs ------------------------------------------------------------------------------------------------
 
-def chart_values(item: dict) -> tuple[int, int]:
-    """The shown bar's value in the first and the second chart, as the item's worked reasoning states them."""
-    found = re.search(r"is (\d+) in the first chart and (\d+)|from (\d+) to (\d+)", item["metadata"]["reasoning"])
-    return tuple(int(v) for v in found.groups() if v is not None)
+def chart_values(item: dict) -> tuple:
+    """The shown bar's value (or colour) in the first and the second chart, as the item's worked reasoning says."""
+    found = re.search(r"is (\w+) in the first chart and (\w+)|from (\d+) to (\d+)", item["metadata"]["reasoning"])
+    return tuple(int(v) if v.isdigit() else v for v in found.groups() if v is not None)
 
 
 def test_two_chart_items_need_both_pictures():
-    items = synthetic.generate(60, seed=3, image_size=64, tasks=synthetic.MULTI_IMAGE_TASKS)
+    items = synthetic.generate(80, seed=3, image_size=64, tasks=synthetic.MULTI_IMAGE_TASKS)
     for item in items:
         first, second = item["images"]
         assert item["image"] is first and first.tobytes() != second.tobytes()
         assert item["question"].count("<image>") == 2
         (v1, v2), task = chart_values(item), item["metadata"]["task"]
-        expected = {"two_chart_compare": 1 if v1 > v2 else 2, "two_chart_change": v2 - v1,
-                    "two_chart_same": 1 if v1 == v2 else 2}[task]
-        assert item["answer"] == str(expected) and (v1 != v2 or task == "two_chart_same")
+        if task == "two_chart_compare":
+            expected = 1 if v1 > v2 else 2
+        else:
+            expected = v2 - v1 if task == "two_chart_change" else 1 if v1 == v2 else 2
+        assert item["answer"] == str(expected) and (v1 != v2 or task in synthetic.SAME_TASKS)
     compare = [i["answer"] for i in items if i["metadata"]["task"] == "two_chart_compare"]
     assert set(compare) == {"1", "2"}  # one chart alone cannot tell which: both answers occur
+    assert synthetic.generate(4, seed=3, image_size=64, tasks="all")[0].get("images") is None  # "all": one picture
 
 
-@pytest.mark.parametrize("difficulty", [1, 2])
-def test_one_chart_of_a_same_or_different_pair_says_nothing_about_the_answer(difficulty):
-    items = synthetic.generate(2000, seed=5, image_size=32, tasks="two_chart_same", difficulty=difficulty)
+@pytest.mark.parametrize("task,difficulty", [("two_chart_same", 1), ("two_chart_same", 2), ("two_chart_same_color", 1)])
+def test_one_chart_of_a_same_or_different_pair_says_nothing_about_the_answer(task, difficulty):
+    items = synthetic.generate(2000, seed=5, image_size=32, tasks=task, difficulty=difficulty)
     assert sum(item["answer"] == "1" for item in items) == 1000  # exactly half the same, for every seed
-    high = {1: 9, 2: 20}[difficulty]
+    shown = list(range(1, {1: 9, 2: 20}[difficulty] + 1)) if task == "two_chart_same" else list(synthetic.COLOR_NAMES)
     by_chart = ({}, {})
     for item in items:
         v1, v2 = chart_values(item)
-        assert v1 == v2 if item["answer"] == "1" else abs(v1 - v2) >= high / 3  # "different": a third apart or more
+        if item["answer"] == "1":
+            assert v1 == v2
+        else:  # "different": values a third of the scale apart or more, or two colours
+            assert v1 != v2 and (task != "two_chart_same" or abs(v1 - v2) >= len(shown) / 3)
         for seen, value in zip(by_chart, (v1, v2)):
             seen.setdefault(value, []).append(item["answer"] == "1")
     for seen in by_chart:  # either chart's value alone: "same" as often as "different", whatever the value
-        assert sorted(seen) == list(range(1, high + 1))
+        assert sorted(seen, key=shown.index) == shown
         rates = {value: sum(same) / len(same) for value, same in seen.items()}
         n = min(len(same) for same in seen.values())
         assert all(abs(rate - 0.5) < 4 * (0.25 / n) ** 0.5 for rate in rates.values()), rates
-    assert synthetic.generate(4, seed=3, image_size=64, tasks="all")[0].get("images") is None  # "all": one picture
 
 
 def test_the_two_images_run_file_validates_and_names_two_pictures():
     config = cfg.load(TWO_IMAGES)
-    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_same"])
+    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_same_color"])
     rows, report = data.load_rows(DataConfig(**{**config.data.__dict__, "num_items": 6}), return_report=True)
     assert all(len(prompts.row_images(row)) == 2 for row in rows) and report.images_dropped == 0
 

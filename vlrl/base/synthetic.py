@@ -22,8 +22,10 @@ from PIL import Image, ImageDraw, ImageFont
 TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangle_area")
 ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
                      "rectangle_perimeter", "triangle_angle")
-# Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS, whose items have one
-MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change", "two_chart_same")
+# Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS (items of one)
+MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change", "two_chart_same", "two_chart_same_color")
+SAME_TASKS = ("two_chart_same", "two_chart_same_color")  # "the same?" tasks: exactly half of a draw's items say yes
+COLOR_NAMES = ("blue", "orange", "green", "red", "purple", "brown")  # COLORS' names, in order
 # Items of one clip each (`video`: its frames, drawn at MOTION_FPS; `vlrl.data.load_synthetic` writes it as an mp4 and
 # decodes it back): not in ALL_TASKS either
 VIDEO_TASKS = ("shape_motion",)
@@ -152,10 +154,12 @@ def _rectangle(w: int, h: int, size: int) -> Image.Image:
 def make_item(task: str, rng: random.Random, *, image_size: int = 128, difficulty: int = 1,
               same: bool | None = None) -> dict:
     """One item of `task`: the image, the question, the gold answer and a short worked reasoning (for warm starts).
-    `same` fixes a `two_chart_same` item's answer (None: drawn; `generate` balances them)."""
+    `same` fixes a SAME_TASKS item's answer (None: drawn; `generate` balances them)."""
     high = {1: 9, 2: 20, 3: 50}[difficulty]
     n_bars = {1: 3, 2: 4, 3: 6}[difficulty]
     unit, choices = None, None
+    if task == "two_chart_same_color":
+        return _same_color(rng, image_size, high, same=rng.random() < 0.5 if same is None else same)
     if task == "two_chart_same":
         return _two_charts(task, rng, image_size, difficulty, high, same=rng.random() < 0.5 if same is None else same)
     if task in _EXTRA:
@@ -258,14 +262,16 @@ def _triangle_angle(rng, size, difficulty, high):
                  difficulty)
 
 
-def _one_bar(value: int, size: int, high: int, rng: random.Random) -> Image.Image:
-    """One bar of `value` on a scale up to `high`, at a drawn place, width and colour (so pictures rarely repeat)."""
+def _one_bar(value: int, size: int, high: int, rng: random.Random, color: int | None = None) -> Image.Image:
+    """One bar of `value` on a scale up to `high`, at a drawn place, width and colour (so pictures rarely repeat);
+    `color` (an index of COLORS) fixes the colour."""
     image = Image.new("RGB", (size, size), "white")
     draw = ImageDraw.Draw(image)
     bottom, top = size * 0.9, size * 0.1
     width = size * rng.uniform(0.15, 0.3)
     x0 = rng.uniform(size * 0.05, size * 0.95 - width)
-    draw.rectangle([x0, bottom - value * (bottom - top) / high, x0 + width, bottom], fill=rng.choice(COLORS))
+    fill = rng.choice(COLORS) if color is None else COLORS[color]
+    draw.rectangle([x0, bottom - value * (bottom - top) / high, x0 + width, bottom], fill=fill)
     draw.line([0, bottom, size, bottom], fill="black", width=1)
     return image
 
@@ -325,6 +331,22 @@ def _two_charts(task, rng, size, difficulty, high, same=None):
     return {**item, "images": pictures}
 
 
+def _same_color(rng, size, high, same):
+    """Two one-bar charts, of the same colour in `same` items, else of two different ones; each chart's colour is
+    uniform over the six under both answers (the second a drawn other one), and the bars' heights are drawn apart from
+    it, so one chart alone says nothing. One bar a chart at every difficulty: colour is what the pictures show."""
+    c1 = rng.randrange(len(COLORS))
+    c2 = c1 if same else (c1 + rng.randint(1, len(COLORS) - 1)) % len(COLORS)
+    pictures = [_one_bar(rng.randint(1, high), size, high, rng, c) for c in (c1, c2)]
+    answer = 1 if same else 2
+    question = ("The first chart: <image> The second chart: <image> Are the bars of the two charts the same colour? "
+                "Answer 1 for yes, 2 for no.")
+    reasoning = (f"The bar is {COLOR_NAMES[c1]} in the first chart and {COLOR_NAMES[c2]} in the second: "
+                 f"{'the same' if same else 'different'}, so {answer}.")
+    item = _item("two_chart_same_color", question, pictures[0], answer, reasoning, ["figure question answering"], 1)
+    return {**item, "images": pictures}
+
+
 def _shape_motion(rng, size, difficulty, high):
     """A shape moving left or right at a steady pace across MOTION_FRAMES frames. Where it is halfway through the
     clip is drawn alike for both ways, so the middle of the clip is no clue to the way, and one end frame only a weak
@@ -362,7 +384,8 @@ _EXTRA = {
     "count_squares": _count_squares,
     "rectangle_perimeter": _perimeter,
     "triangle_angle": _triangle_angle,
-    **{t: (lambda rng, size, d, high, t=t: _two_charts(t, rng, size, d, high)) for t in MULTI_IMAGE_TASKS},
+    **{t: (lambda rng, size, d, high, t=t: _two_charts(t, rng, size, d, high))
+       for t in ("two_chart_compare", "two_chart_change")},
 }
 
 
@@ -397,14 +420,14 @@ def generate(n: int, *, seed: int = 0, image_size: int = 128, difficulty: int = 
 
 
 def _balanced_same(n: int, seed: int, tasks: tuple[str, ...]) -> dict[int, bool]:
-    """Which `two_chart_same` items of a draw show the same value: exactly half of them (one more "different" when
-    odd), in an order shuffled by its own generator, so the other tasks' items stay what the seed always drew.
+    """Which SAME_TASKS items of a draw show the same value or colour: exactly half of them (one more "different"
+    when odd), in an order shuffled by its own generator, so the other tasks' items stay what the seed always drew.
 
     >>> answers = _balanced_same(10, 0, ("two_chart_same",))
     >>> sum(answers.values()), len(answers)
     (5, 10)
     """
-    indices = [index for index in range(n) if tasks[index % len(tasks)] == "two_chart_same"]
+    indices = [index for index in range(n) if tasks[index % len(tasks)] in SAME_TASKS]
     flags = [index < len(indices) // 2 for index in range(len(indices))]
     random.Random(f"two_chart_same-{seed}").shuffle(flags)
     return dict(zip(indices, flags))
