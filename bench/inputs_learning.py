@@ -45,6 +45,19 @@ run file shows GSPO learning on two-picture inputs, end to end, but not issue 48
 image": that needs a task whose one chart says nothing, such as "are the two bars the same height?" with the same
 height in half the items, or values drawn so that neither chart's bar predicts the answer.
 
+Tried since, not yet learned: two tasks whose one chart says nothing (`vlrl.base.synthetic.SAME_TASKS`: exactly half
+the items "same", each chart's value or colour uniform under both answers, so one chart alone is exactly a coin
+flip), the same run file with `--set "data.tasks=['two_chart_same']"` ("the same value?", warm starts of 450 and 600
+steps) or `['two_chart_same_color']` ("the same colour?", 300, 500 and 800 steps). None leaves GSPO a signal:
+greedy, every held-out item gets the same answer (49-51%); sampled, the share of "1" does not depend on the gold
+answer (on gold-1 / gold-2 items: 50.5% / 51.0% and 44.9% / 45.8% for the values, 53.0% / 47.5%, 53.0% / 48.0%
+and 54.5% / 50.7% for the colours): a group's spread in reward is sampling noise, nothing GSPO can follow.
+The values are read a little at 600 (the heights the reasoning states correlate 0.57 with the true ones) but the
+answer does not follow them (47% of draws answer as their own stated values say); the colours are not read at all
+(the right colour named in 17% of draws, chance 1 in 6), and the 800-step warm start's loss stays near 0.12 from step
+280 to its end (0.115), where two_chart_compare's fell to 0.068 by 600. The next things to try: a longer warm start
+(two_chart_compare was read at 600 steps, not at 450), or larger pictures than 4 tokens each.
+
 Why the gain is in the sampled policy and not the greedy answer, measured on the 450-step warm start (the figures
 below come from the runs' eval records and train_log.jsonl; their records are not committed). Its answer is a
 thresholded, weak function of the two pictures: greedy, every gold-1 item is answered "1" and only 28 of the 51

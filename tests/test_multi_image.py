@@ -117,7 +117,7 @@ def test_one_chart_of_a_same_or_different_pair_says_nothing_about_the_answer(tas
 
 def test_the_two_images_run_file_validates_and_names_two_pictures():
     config = cfg.load(TWO_IMAGES)
-    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_same_color"])
+    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_compare"])
     rows, report = data.load_rows(DataConfig(**{**config.data.__dict__, "num_items": 6}), return_report=True)
     assert all(len(prompts.row_images(row)) == 2 for row in rows) and report.images_dropped == 0
 

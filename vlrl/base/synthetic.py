@@ -6,7 +6,7 @@ shapes. `TASKS` (the default, which the tiny preset's warm start learned) are ba
 areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
 triangle angles: `generate(n, tasks="all")`. `MULTI_IMAGE_TASKS` show two charts per item (`images`, placed by the
 question's `<image>` markers): which one shows the larger value of a bar, how much a bar changed between them, and
-whether they show the same value (`two_chart_same`, the one whose single charts say nothing about the answer).
+whether they show the same value or colour (`SAME_TASKS`: one chart alone says nothing about their answers).
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
