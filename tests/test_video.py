@@ -130,6 +130,28 @@ def test_the_processor_video_path_gives_timestamps_and_a_video_grid(tiny_process
     assert int((inputs["mm_token_type_ids"] == 2).sum()) == 64
 
 
+def test_a_still_clip_keeps_the_clips_tokens_and_timestamps_and_loses_its_motion(tiny_processor):
+    """`vlrl eval --images still` (the one-frame baseline): the processor sees as many frames at the same times, so
+    the prompt is as long and its timestamps the same; only the motion is gone (every temporal patch alike)."""
+    import torch
+
+    from vlrl.evaluation import pictures
+
+    rows = prompts.to_dataset(synthetic.generate(2, seed=1, image_size=64, tasks="shape_motion"))
+    still = pictures.replace_pictures(rows, "still")
+    for row, held in zip(rows, still):
+        sides = [prompts.batch_inputs(tiny_processor, [prompts.render_prompt(r, tiny_processor)], [],
+                                      padding_side="left", videos=[prompts.row_video(r)]) for r in (row, held)]
+        assert sides[0]["video_grid_thw"].tolist() == sides[1]["video_grid_thw"].tolist() == [[4, 8, 8]]
+        assert torch.equal(sides[0]["input_ids"], sides[1]["input_ids"])  # the same tokens, timestamps included
+        patches = sides[1]["pixel_values_videos"].reshape(4, 64, -1)
+        assert all(torch.equal(patches[0], patches[t]) for t in range(4))  # one frame, held
+        moving = sides[0]["pixel_values_videos"].reshape(4, 64, -1)
+        assert not torch.equal(moving[0], moving[3])
+        x = [_shape_x(frame) for frame in held["video"]]
+        assert x == [_shape_x(row["video"][3])] * 8  # the 4th of 8 frames, where the clip is about halfway
+
+
 def test_video_max_pixels_is_honoured_or_refused_in_one_line(tiny_processor):
     processor = copy.deepcopy(tiny_processor)
     clip = (moving_dot(16, size=128, step=6), {"fps": 8.0, "frames_indices": list(range(16))})

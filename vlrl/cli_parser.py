@@ -166,9 +166,11 @@ def parser() -> argparse.ArgumentParser:
                    help="K seeded samples per item (pass@1..pass@K; what GSPO optimizes) instead of greedy decoding")
     e.add_argument("--temperature", type=float, help="with --samples (default: the run's [eval] temperature, 1.0)")
     e.add_argument("--seed", type=int, help="with --samples: seeds the draws (default: the run's [eval] seed, 0)")
-    e.add_argument("--images", choices=("blank", "shuffled", "first"),
+    e.add_argument("--images", choices=("blank", "shuffled", "first", "still"),
                    help="take the pictures away: each replaced by a blank one, or by another item's, or all but an "
-                        "item's first blanked (does the gain need the picture, or every picture? `vlrl compare` then "
+                        "item's first blanked; an item's clip alike: every frame blank, another item's clip, or "
+                        "`still`: the clip's middle frame held for its whole length, so one frame and no motion "
+                        "(does the gain need the picture, every picture, the motion? `vlrl compare` then "
                         "reports what survives; writes eval_*_MODE.jsonl)")
     rp = _command(sub, "report", "report", "plots and a self-contained report.html for a run directory")
     _add_config(rp, run_dir_help="the run directory (default: runs/<name> of --config/--preset)",
