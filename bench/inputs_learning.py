@@ -60,6 +60,18 @@ answer does not follow them (47% of draws answer as their own stated values say)
 280 to its end (0.115), where two_chart_compare's fell to 0.068 by 600. The next things to try: a longer warm start
 (two_chart_compare was read at 600 steps, not at 450), or larger pictures than 4 tokens each.
 
+A clip an item, tried and not yet learned: `shape_motion` (a shape moving left or right over 8 frames at 4 fps, 64 px
+frames), the two-images recipe (head LoRA, SGD 2.0, gspo-paper, temperature 1, 8 sampled draws), warm starts of 150,
+300, 450 and 600 steps (`--set model.warm_start_steps=N`). Greedy, every held-out item gets "1" (55%, the share of
+gold-1 items); sampled, the share of "2" on gold-1 / gold-2 items is 0.30 / 0.28 at 300 and 0.48 / 0.41 at 600: the
+clip is not read. At the first digit of the reasoning's "starts at x = ", the 600-step model's logits move by at most
+3e-4 from item to item (the random model: 0.017; two_chart_compare's 450-step warm start, which reads its charts,
+1.04; its 300-step one, which does not, 0.006); a 900-step warm start: 4e-4, its lower loss (0.121 against 0.162) the
+text's number prior. GSPO on the 600-step start (120 steps): first draw 41% -> 52% (28 / 17, McNemar p = 0.135),
+pass@1 42.9% -> 52.0% (p = 0.051), pass@8 100% -> 68%, greedy 55% -> 55%, a collapse onto "1" (96% of draws); with
+one frame of each clip (`vlrl eval --images still`) the figures are the same, 41% -> 52%: none of it needs the motion.
+The next things to try: a reasoning target that states only the direction, or larger frames.
+
 Why the gain is in the sampled policy and not the greedy answer, measured on the 450-step warm start (the figures
 below come from the runs' eval records and train_log.jsonl; their records are not committed). Its answer is a
 thresholded, weak function of the two pictures: greedy, every gold-1 item is answered "1" and only 28 of the 51
