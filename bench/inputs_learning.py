@@ -216,6 +216,12 @@ def seeds_table(entry: dict) -> list[str]:
     return lines
 
 
+def save(results: dict) -> None:
+    """inputs.json and the page made from it."""
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    RESULTS.with_suffix(".md").write_text(markdown(results))
+
+
 def main(task: str, run_dir: str, *seed_runs: str) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"learning": [], "gpu": []}
     results["learning"] = [e for e in results.get("learning", []) if e["task"] != task]
@@ -224,8 +230,7 @@ def main(task: str, run_dir: str, *seed_runs: str) -> None:
         entry["seeds"] = sorted((seed_row(Path(d)) for d in (run_dir, *seed_runs)), key=lambda r: r["seed"])
     results["learning"].append(entry)
     results.setdefault("gpu", [])
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(results))
+    save(results)
     print(markdown(results))
 
 
@@ -280,8 +285,7 @@ def gpu_table(rows: list[dict]) -> list[str]:
 def gpu_main(alone: str, expandable: str) -> None:
     results = json.loads(RESULTS.read_text())
     results["gpu"] = gpu_rows(Path(alone), Path(expandable))
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
-    RESULTS.with_suffix(".md").write_text(markdown(results))
+    save(results)
 
 
 if __name__ == "__main__":

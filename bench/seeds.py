@@ -27,7 +27,7 @@ from results_io import pack  # bench/ is on sys.path when run as a script
 from vlrl.config.rundir import RunDir
 from vlrl.evaluation.compare import compare
 from vlrl.evaluation.records import read_records
-from vlrl.evaluation.seeds import compare_runs, summary
+from vlrl.evaluation.seeds import compare_runs, compared_files, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -41,10 +41,6 @@ def slim(record: dict) -> dict:
     kept = {k: v for k, v in record.items() if k not in ("frames", "turns")}
     kept["turns"] = [{k: turn[k] for k in TURN_KEPT if k in turn} for turn in record["turns"]]
     return kept
-
-
-def _records(run: RunDir, side: str, kind: str) -> Path:
-    return getattr(run, f"eval_{side}") if kind == "eval" else run.path / f"samples_{side}.jsonl"
 
 
 def figures(before: Path, after: Path) -> dict:
@@ -76,8 +72,8 @@ def main(argv=None) -> int:
     runs = sorted((RunDir.of(path) for path in args.runs), key=lambda run: run.config.training.seed)
     slimmed = {run.config.training.seed: {side: "".join(json.dumps(slim(r), separators=(",", ":")) + "\n"
                                                        for r in read_records(records))
-                                          for side, records in (("before", _records(run, "before", args.records)),
-                                                                ("after", _records(run, "after", args.records)))}
+                                          for side, records in zip(("before", "after"),
+                                                                   compared_files(run, args.records))}
                for run in runs}
     shared = len({text["before"] for text in slimmed.values()}) == 1
     for run in runs:

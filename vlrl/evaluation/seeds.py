@@ -45,8 +45,7 @@ def compare_runs(run_dirs: list[str | Path], records: str = "eval") -> dict:
     rows, items, metric = [], None, None
     for path in run_dirs:
         run = RunDir.of(path)
-        files = (run.eval_before, run.eval_after) if records == "eval" else \
-            (run.path / "samples_before.jsonl", run.path / "samples_after.jsonl")
+        files = compared_files(run, records)
         try:
             run.require(*files, what="a comparison across seeds")
         except RunDirError as err:
@@ -73,6 +72,14 @@ def compare_runs(run_dirs: list[str | Path], records: str = "eval") -> dict:
               "mean_after": statistics.fmean(row["after"] for row in rows),
               "sign_test_p": mcnemar_exact(sum(g > 0 for g in gains), sum(g < 0 for g in gains))}
     return {"metric": metric, "runs": rows, "pooled": pooled}
+
+
+def compared_files(run: RunDir, records: str = "eval") -> tuple[Path, Path]:
+    """A run's before and after records of one kind: "eval" (eval_before/after.jsonl) or "samples"
+    (samples_before/after.jsonl, `[eval] samples`)."""
+    if records == "eval":
+        return run.eval_before, run.eval_after
+    return run.path / "samples_before.jsonl", run.path / "samples_after.jsonl"
 
 
 def _paired_ids(before: Path, after: Path) -> frozenset:
