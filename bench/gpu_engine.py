@@ -36,7 +36,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_gspo import SHAPES, Timer, build_checkpoint, copy_bandwidth, step_clock, weight_bytes
+from gpu_gspo import (
+    SHAPES,
+    Timer,
+    build_checkpoint,
+    copy_bandwidth,
+    count_own_context,
+    step_clock,
+    weight_bytes,
+)
 
 START = time.time()
 # What `vlrl run` gets (vlrl.model.loading sets it when the user has not): this script starts CUDA (the copy bandwidth)
@@ -50,6 +58,7 @@ def say(text: str) -> None:
 
 INPUTS = {"1-image": (), "2-images": ("two_chart_compare",), "16-frames": ("shape_motion",)}
 CLIP_FRAMES, CLIP_PIXELS = 16, 16 * 256 * 256  # the video row: 16 frames, the clip's pixel budget (all frames)
+CAP = [0.0]  # --memory-cap-gib: every load under `[model] memory_cap_gib`'s hard cap
 
 
 def dataset(count: int, inputs: str = "1-image"):
@@ -68,7 +77,7 @@ def load(path: Path, fmt: str | None, four_bit: bool = True):
     from vlrl.model.loading import LoraSettings, load_model
 
     policy, processor = load_model(str(path), load_in_4bit=four_bit, max_seq_length=2048,
-                                   lora=LoraSettings(r=16, alpha=16), backend="transformers")
+                                   lora=LoraSettings(r=16, alpha=16), backend="transformers", memory_cap_gib=CAP[0])
     nf4_bytes, report = weight_bytes(policy), None
     if fmt:
         from vlrl.engine.weights import pack_for_decoding
@@ -149,7 +158,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
         "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
-        "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
+        "memory_cap_gib": CAP[0] or None, "pid": os.getpid(), "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
         "torch": torch.__version__, "wall_s": time.time() - START,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -177,10 +186,17 @@ def main() -> None:
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--checkpoint", help="this checkpoint (e.g. a pre-quantized 4-bit one) instead of building one")
+    p.add_argument("--memory-cap-gib", type=float, default=0.0,
+                   help="a hard cap on the process's GPU memory, the CUDA context counted (vlrl.model.memory_cap); with "
+                        "VLRL_CAP_CONTEXT_GIB set, only this process's own context is counted (bench/capped.sh)")
     p.add_argument("--inputs", nargs="+", default=["1-image"], choices=INPUTS, help="what each item shows")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/engine")
     args = p.parse_args()
-    checkpoint = build_checkpoint(args.size, Path(args.checkpoints))
+    checkpoint = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.size, Path(args.checkpoints))
+    CAP[0] = args.memory_cap_gib
+    if os.environ.get("VLRL_CAP_CONTEXT_GIB"):
+        count_own_context(float(os.environ["VLRL_CAP_CONTEXT_GIB"]))
     bandwidth = copy_bandwidth()
     say(f"checkpoint {checkpoint}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     for path in args.paths:

@@ -7,6 +7,7 @@ with the paired test and the one-picture baseline, its before/after records comm
     python -m vlrl eval --run-dir $R --adapter $R/adapter $S --output $R/samples_adapter_first.jsonl
     python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
     python bench/inputs_learning.py gpu ALONE_DIR EXPANDABLE_DIR   # the GPU table: bench/gpu_engine.py --inputs results
+    python bench/inputs_learning.py gpu-capped bench/results/capped_runs.json 4641   # each row under a hard cap
 
 A run with `[eval] samples` (the two-images run file) is compared on its sampled evals, the policy GSPO trains: each
 item's first draw (the paired McNemar test) and pass@1 over the draws (the paired permutation test); its greedy evals'
@@ -247,7 +248,7 @@ reserved column comes from the same rows in an earlier call, with expandable seg
 beside the tiny learning runs of bench/results/seeds.md (their speed there was 69-73% of this table's; memory is the
 process's own). Within 22 GiB reserved: the two-picture row, with expandable segments. The clip row and the
 one-picture row reserve 24.2 and 24.9 GiB for 17.5 and 18.1 GiB allocated: a 24 GB card holds them only if the
-allocator's slack fits, which bench/rehearsal.sh's hard cap (`[model] memory_cap_gib`) is there to show."""
+allocator's slack fits, which the hard cap (`[model] memory_cap_gib`) shows: below."""
 
 
 def gpu_rows(alone: Path, expandable: Path) -> list[dict]:
@@ -279,7 +280,23 @@ def gpu_table(rows: list[dict]) -> list[str]:
                      f"{r['generation_s']:.2f} | {r['decode_bound_share']:.1%} | "
                      f"{r['max_reserved_gib_default_allocator']:.1f} | {r['max_reserved_gib']:.1f} | "
                      f"{r['max_allocated_gib']:.1f} |")
+    capped = [r for r in rows if r.get("capped")]
+    if capped:
+        cap = capped[0]["capped"]["cap_gib"]
+        lines += ["", GPU_READING, "", (f"Under a hard cap of {cap:g} GiB (`{CAPPED_COMMAND}`, in lane 4 of "
+                                        "`bash bench/capped.sh`, beside other presets' runs: its speed there is not "
+                                        "this table's; bench/results/capped.md), the same steps ran with no "
+                                        "out-of-memory error:"), ""]
+        lines += [f"- {r['input']}: {r['capped']['max_reserved_gib']:.2f} GiB reserved at most "
+                  f"({r['capped']['max_allocated_gib']:.2f} allocated); the process as nvidia-smi saw it: "
+                  f"{r['capped']['process_peak_gib']} GiB, the CUDA context and libraries loaded after the cap counted"
+                  for r in capped]
+        return lines
     return lines + ["", GPU_READING]
+
+
+CAPPED_COMMAND = ("python bench/gpu_engine.py --size 8b --checkpoint CKPT --completion 1024 --paths vlrl-int8 "
+                  "--inputs 16-frames 2-images --steps 1 --memory-cap-gib 22")
 
 
 def gpu_main(alone: str, expandable: str) -> None:
@@ -288,5 +305,22 @@ def gpu_main(alone: str, expandable: str) -> None:
     save(results)
 
 
+def gpu_capped_main(capped_runs: str = "bench/results/capped_runs.json", engine_pid: str = "") -> None:
+    """Adds to each GPU row its run under a hard cap (bench/capped.sh's lane 4, packed in capped_runs.json);
+    `engine_pid`: gpu_engine.py's process id where its results lack one, for its nvidia-smi peak."""
+    results = json.loads(RESULTS.read_text())
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from capped_results import engine_rows, process_peaks
+
+    runs = json.loads(Path(capped_runs).read_text())
+    capped = {r["input"]: r for r in engine_rows(runs, process_peaks(runs), int(engine_pid) if engine_pid else None)}
+    for row in results["gpu"]:
+        if row["input"] in capped:
+            row["capped"] = {**capped[row["input"]], "out_of_memory": False}
+    save(results)
+
+
 if __name__ == "__main__":
-    (gpu_main if sys.argv[1:2] == ["gpu"] else main)(*sys.argv[1 + (sys.argv[1:2] == ["gpu"]):])
+    commands = {"gpu": gpu_main, "gpu-capped": gpu_capped_main}
+    command = commands.get(sys.argv[1] if len(sys.argv) > 1 else "")
+    (command or main)(*sys.argv[1 + bool(command):])

@@ -29,7 +29,8 @@ prepare() {
 }
 
 checkpoints() {
-  for size in "$@"; do
+  for size in "$@"; do  # the 8B's 16-bit weights are built only to be pre-quantized, and removed then
+    [ "$size" = 8b ] && [ -f /tmp/ckpt/qwen3-vl-8b-random-bnb4/config.json ] && continue
     python3 -c "import sys; sys.path.insert(0, 'bench'); from pathlib import Path; from gpu_gspo import build_checkpoint; \
 print(build_checkpoint('$size', Path('/tmp/ckpt')))" 2>&1 | tail -1
   done
@@ -61,7 +62,7 @@ PY
     mkdir -p /tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4
     ln -sf /tmp/ckpt/qwen3-vl-8b-random-bnb4/{*.safetensors*,config.json,generation_config.json} \
       /tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4/
-    python3 -c "from vlrl import prompts, tiny; tiny.build_processor(max_pixels=16384 * 28 * 28, \
+    python3 -c "from vlrl.model import prompts, tiny; tiny.build_processor(max_pixels=16384 * 28 * 28, \
 chat_template=prompts.THINKING_CHAT_TEMPLATE).save_pretrained('/tmp/ckpt/qwen3-vl-8b-thinking-random-bnb4')"
   fi
   df -h /tmp | tail -1

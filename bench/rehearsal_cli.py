@@ -16,7 +16,10 @@ allocator's peak allocated and reserved memory within it, and FILE gets them as 
 
 With VLRL_SKIP_EVALS=1, `vlrl run` leaves out its two evals (and so the comparison and the report): every other stage
 as a user runs it, for a rerun of a preset whose evals an earlier rehearsal measured (a 16-turn Crafter eval batch
-takes minutes of the device's time).
+takes minutes of the device's time). With VLRL_SKIP_EVALS=after it runs the baseline eval and leaves out the second.
+
+With VLRL_CAP_CONTEXT_GIB=G (processes sharing one GPU, bench/capped.sh), `[model] memory_cap_gib` counts this process's
+own CUDA context as G GiB (measured alone) instead of everything else on the card (`gpu_gspo.count_own_context`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_gspo import count_own_context
 
 from vlrl import run as run_stages
 from vlrl.cli import main
@@ -110,17 +117,22 @@ class StageClock:
             self.stages.append(stage)
             self.current = None
         if self.stages or final:
-            Path(self.path).write_text(json.dumps({"stages": self.stages,
+            Path(self.path).write_text(json.dumps({"stages": self.stages, "pid": os.getpid(),
                                                    "process_s": round(time.time() - self.started, 2)}, indent=2))
 
 
-def skip_evals() -> None:
-    """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said."""
+def skip_evals(keep_first: bool = False) -> None:
+    """The two evals of `vlrl run` (single-turn and episode runs), its comparison and its report, left out, said;
+    with `keep_first`, the baseline eval runs and only the one after training is left out."""
     from vlrl import report
     from vlrl.evaluation import compare
 
+    evaluate = run_stages.evaluate_policy
+
     def skipped(*args, **kwargs):
-        print("eval: skipped (VLRL_SKIP_EVALS=1)")
+        if keep_first and kwargs.get("when", args[5] if len(args) > 5 else None) == "before":
+            return evaluate(*args, **kwargs)
+        print(f"eval: skipped (VLRL_SKIP_EVALS={'after' if keep_first else 1})")
         return []
 
     run_stages.evaluate_policy = skipped  # the eval stage of single-turn and episode runs alike
@@ -131,8 +143,10 @@ def skip_evals() -> None:
 
 if os.environ.get("VLRL_STAGES"):
     StageClock(os.environ["VLRL_STAGES"])
-if os.environ.get("VLRL_SKIP_EVALS") == "1":
-    skip_evals()
+if os.environ.get("VLRL_SKIP_EVALS") in ("1", "after"):
+    skip_evals(keep_first=os.environ["VLRL_SKIP_EVALS"] == "after")
+if os.environ.get("VLRL_CAP_CONTEXT_GIB"):
+    count_own_context(float(os.environ["VLRL_CAP_CONTEXT_GIB"]))
 
 if __name__ == "__main__":
     sys.exit(main())

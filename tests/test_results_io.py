@@ -89,13 +89,33 @@ def test_every_run_a_page_names_is_in_its_file_of_runs(file, pages):
 
 
 def test_engine_json_raw_pointers_reach_their_rows():
-    """engine.json's "raw" fields point into engine_runs.json as FILE#RUN/KEY (a KEY ending in / names a folder)."""
-    runs, pointers = json.loads((RESULTS / "engine_runs.json").read_text()), []
+    """engine.json's "raw" fields point into a file of runs (engine_runs.json, capped_runs.json) as FILE#RUN/KEY (a
+    KEY ending in / names a folder)."""
+    files = {name: json.loads((RESULTS / name).read_text()) for name in ("engine_runs.json", "capped_runs.json")}
+    pointers = []
     for raw in re.findall(r'"raw": "([^"]*)"', (RESULTS / "engine.json").read_text()):
         pointers += [ref.split(" ")[0] for ref in raw.split(", ")]
-    assert len(pointers) >= 10
+    assert len(pointers) >= 10 and any(p.startswith("capped_runs.json#") for p in pointers)
     for pointer in pointers:
         file, _, path = pointer.partition("#")
         run, _, key = path.partition("/")
-        assert file == "engine_runs.json" and run in runs, pointer
+        assert file in files and run in files[file], pointer
+        runs = files[file]
         assert not key or key in runs[run] or any(k.startswith(key) for k in runs[run]), pointer
+
+
+def test_capped_23gib_is_what_its_runs_say():
+    """engine.json's `capped_23gib` (bench/capped_results.py) agrees with the packed runs it reads: each run's preset,
+    verdict (two GSPO steps, no out-of-memory error) and allocator peak; and the thinking preset's out-of-memory stays said."""
+    from capped_results import preset_row, process_peaks
+
+    runs = json.loads((RESULTS / "capped_runs.json").read_text())
+    capped = json.loads((RESULTS / "engine.json").read_text())["capped_23gib"]
+    peaks = process_peaks(runs)
+    rows = dict(preset_row(name, run, peaks, 23.0) for name, run in runs.items() if "config.toml" in run)
+    assert len(rows) >= 6
+    for preset, row in rows.items():
+        assert capped["presets"][preset] == row, preset
+    assert capped["presets"]["qwen3-vl-8b-thinking-mathvista"]["value"] is False
+    assert capped["presets"]["qwen3-vl-8b-mathvista"]["value"] is True
+    assert all(r["max_reserved_gib"] <= 22 for r in capped["inputs"])
