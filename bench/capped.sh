@@ -11,12 +11,15 @@
 # The lanes share the one GPU, so each process's cap counts its own CUDA context (measured alone before the lanes start,
 # VLRL_CAP_CONTEXT_GIB) rather than the other lanes' memory; their step times are not speeds (six processes share the
 # GPU). Results: /tmp/results/NAME.tar.gz per run (stages.json: each stage's allocator peaks and the process id;
-# run.log: an out-of-memory error is one line there), apps.csv (nvidia-smi's memory per process every second), then
-# `python bench/capped_results.py RESULTS_DIR` writes bench/results/capped.{json,md} and engine.json's `capped_23gib`.
+# run.log: an out-of-memory error is one line there), apps.csv (nvidia-smi's memory per process every second). Each
+# run unpacked joins bench/results/capped_runs.json (`python bench/results_io.py pack NAME ... --key NAME`, as the
+# nvidia_smi and inputs8b keys there), then `python bench/capped_results.py` writes capped.md and engine.json's
+# `capped_23gib`.
 set -uo pipefail
 export JOB_TIMEOUT=${JOB_TIMEOUT:-1700} CAP=${CAP:-23} VIRL_ROWS=${VIRL_ROWS:-4000}  # before rehearsal.sh's defaults
 source bench/rehearsal.sh
-CKPT=/tmp/ckpt LANES="0 1 2 3 4 5"
+CKPT=/tmp/ckpt LANES="0 1 2 3 4 5" LANE=lane
+[ "${PLAN:-}" = rest ] && { LANES="0 1 2 3 4"; LANE=rest; }
 
 ready() { until [ -e "$1" ]; do sleep 5; done; }
 
@@ -76,12 +79,37 @@ lane5() {  # the 8B Crafter preset
   capped_episodes cap-8b-crafter qwen3-vl-8b-crafter $CKPT/qwen3-vl-8b-random-bnb4 4
 }
 
-# Not in this plan (bench/results/capped.md says why): the testmini-seed preset (the 8B preset's model and shape at
-# half its decoding batch), the 2B Qwen3-VL presets and Qwen3.5's 2B and 4B (12-14 GiB reserved uncapped). One of them
-# by hand, on a machine with the data and checkpoints:
-#   VLRL_SKIP_EVALS=after rehearse cap-2b qwen3-vl-2b-mathvista --set model.memory_cap_gib=23 ...  (as `capped` above)
-# The Qwen3.5 2B Crafter preset ran in this plan's first version (lane4: checkpoints qwen3.5-2b, then
-#   capped_episodes cap-q35-2b-crafter qwen3.5-2b-crafter $CKPT/qwen3.5-2b-random 8).
+# PLAN=rest: what the first plan (2026-11-29, bench/results/capped.md) left, on a fresh machine:
+#   PLAN=rest bash bench/capped.sh start 560    then: PLAN=rest bash bench/capped.sh wait 580
+rest0() {  # the 8B Thinking preset at its eval batch of 16 (32 ran out of memory under the cap)
+  data & checkpoints 8b; wait
+  capped cap-8b-thinking-eval16 qwen3-vl-8b-thinking-mathvista $CKPT/qwen3-vl-8b-thinking-random-bnb4 16
+}
+
+rest1() {  # Qwen3.5 9B, once the 8B's 16-bit weights have left the disk
+  ready $CKPT/qwen3-vl-8b-thinking-random-bnb4/tokenizer_config.json; until [ ! -d $CKPT/qwen3-vl-8b-random ]; do sleep 5; done
+  checkpoints qwen3.5-9b
+  capped cap-q35-9b qwen3.5-9b-mathvista $CKPT/qwen3.5-9b-random 16
+}
+
+rest2() {  # the testmini-seed preset: it trains on testmini itself, 24 of the 32 items, 8 held out (one eval batch)
+  ready $CKPT/qwen3-vl-8b-thinking-random-bnb4/tokenizer_config.json; ready /tmp/data/.ready; sleep 10
+  VLRL_SKIP_EVALS=after rehearse cap-8b-seed qwen3-vl-8b-mathvista-testmini-seed \
+    --set model.name_or_path=$CKPT/qwen3-vl-8b-random-bnb4 --set data.source=/tmp/data/mv32 --set data.hold_out=8 \
+    --set training.max_steps=2 --set model.memory_cap_gib=$CAP
+}
+
+rest3() {  # the 2B MathVista preset
+  checkpoints 2b
+  capped cap-2b qwen3-vl-2b-mathvista $CKPT/qwen3-vl-2b-random 8
+}
+
+rest4() {  # Qwen3.5's 2B and 4B MathVista presets
+  checkpoints qwen3.5-2b
+  capped cap-q35-2b qwen3.5-2b-mathvista $CKPT/qwen3.5-2b-random 8
+  checkpoints qwen3.5-4b
+  capped cap-q35-4b qwen3.5-4b-mathvista $CKPT/qwen3.5-4b-random 8
+}
 
 report() {
   for n in $LANES; do
@@ -105,21 +133,25 @@ pack() {  # finished runs, and what unfinished ones have so far
 
 wait_lanes() {  # wait_lanes SECONDS
   local until=$(( $(date +%s) + $1 ))
-  while [ "$(date +%s)" -lt "$until" ] && [ "$(ls /tmp/lanes/*.done 2>/dev/null | wc -l)" -lt 6 ]; do sleep 10; done
+  while [ "$(date +%s)" -lt "$until" ] && [ "$(ls /tmp/lanes/*.done 2>/dev/null | wc -l)" -lt "$(echo $LANES | wc -w)" ]; do sleep 10; done
   report; pack
 }
 
 case "${1:-}" in
   start)
-    mkdir -p /tmp/lanes /tmp/results /tmp/data
+    if pgrep -f "[s]ource bench/capped.sh; " > /dev/null; then  # a second start would measure the first's processes
+      echo "lanes are running already (a held machine keeps them between calls): bash bench/capped.sh wait SECONDS"
+      wait_lanes "${2:-580}"; exit 0
+    fi
+    rm -rf /tmp/lanes; mkdir -p /tmp/lanes /tmp/results /tmp/data
     nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     python3 -c "import torch; torch.zeros(1, device='cuda'); free, total = torch.cuda.mem_get_info(); \
 print(round((total - free - torch.cuda.memory_reserved()) / 2**30, 3))" > /tmp/results/context_gib
     echo "one process's CUDA context alone: $(cat /tmp/results/context_gib) GiB"
     export VLRL_CAP_CONTEXT_GIB=$(cat /tmp/results/context_gib)
-    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -l 1 > /tmp/results/apps.csv 2>&1 &
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -l 1 >> /tmp/results/apps.csv 2>&1 &
     for n in $LANES; do
-      setsid bash -c "source bench/capped.sh; lane$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
+      setsid bash -c "source bench/capped.sh; $LANE$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
         > /tmp/lanes/lane$n.log 2>&1 < /dev/null &
     done
     sleep 2; wait_lanes "${2:-580}" ;;

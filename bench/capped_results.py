@@ -99,9 +99,12 @@ def main() -> None:
     args = p.parse_args()
     runs = json.loads(Path(args.runs).read_text())
     peaks = process_peaks(runs)
-    presets = dict(preset_row(name, run, peaks, args.cap) for name, run in sorted(runs.items())
-                   if "config.toml" in run)
-    presets.update({preset: {"value": None, "note": note} for preset, note in NOT_RUN.items()})
+    presets = {}
+    for name, run in sorted(runs.items()):  # a later run of a preset (e.g. at a smaller default) after an earlier one
+        if "config.toml" in run:
+            preset, row = preset_row(name, run, peaks, args.cap)
+            presets[preset] = {**row, "earlier": presets[preset]} if preset in presets else row
+    presets.update({preset: {"value": None, "note": note} for preset, note in NOT_RUN.items() if preset not in presets})
     context = runs["nvidia_smi"]["context_gib.txt"].strip()
     capped = {
         "command": COMMAND, "presets": dict(sorted(presets.items())),
