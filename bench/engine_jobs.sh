@@ -33,6 +33,9 @@
 #   s46: the 2B Crafter step with the kept cache (vlrl.engine.session) and with every turn prefilled whole, the 8B
 #        adapter's read-back gap, then the 8B Crafter step with the kept cache
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
+#   s50: issue 50 points 1-3, alone on the GPU: each MathVista preset's shape (its batch, micro-batch and length) on
+#        plain TRL (one step: eager, nothing to compile) and on vlrl's path (a compiling step, then one), then the
+#        8B at 256 tokens; `python bench/engine_results.py DIR` writes engine.json's per-preset keys from them
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -268,6 +271,21 @@ plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): 
   crafter_2b_step c2b-session
   timeout 420 python3 bench/gpu_reload_gap.py --out $RESULTS/reload > $RESULTS/reload.log 2>&1
   crafter_8b_step c8b-session
+}
+
+side_by_side() {  # side_by_side NAME PATH SHAPE_ARGS...: plain TRL, then vlrl's PATH, at one shape
+  local name=$1 path=$2; shift 2
+  python3 bench/gpu_engine.py "$@" --paths trl --steps 1 --warmup 0 --out $RESULTS/s50 > $RESULTS/${name}_trl.log 2>&1
+  python3 bench/gpu_engine.py "$@" --paths "$path" --steps 1 --warmup 1 --out $RESULTS/s50 > $RESULTS/${name}_vlrl.log 2>&1
+}
+
+plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the presets' shapes, most-used first
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 --generation-batch 16 --micro-batch 4
+  side_by_side 8b_256 vlrl-int8 --size 8b --completion 256 --generation-batch 16 --micro-batch 4
+  side_by_side 2b_1024 vlrl --size 2b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
+  side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
+  side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
