@@ -78,13 +78,14 @@ def chart_values(item: dict) -> tuple:
 
 
 def test_two_chart_items_need_both_pictures():
-    items = synthetic.generate(80, seed=3, image_size=64, tasks=synthetic.MULTI_IMAGE_TASKS)
+    charts = [task for task in synthetic.MULTI_IMAGE_TASKS if task.startswith("two_chart")]  # square_shift: test_video
+    items = synthetic.generate(80, seed=3, image_size=64, tasks=charts)
     for item in items:
         first, second = item["images"]
         assert item["image"] is first and first.tobytes() != second.tobytes()
         assert item["question"].count("<image>") == 2
         (v1, v2), task = chart_values(item), item["metadata"]["task"]
-        if task == "two_chart_compare":
+        if task in ("two_chart_compare", "two_chart_close"):
             expected = 1 if v1 > v2 else 2
         else:
             expected = v2 - v1 if task == "two_chart_change" else 1 if v1 == v2 else 2
@@ -113,6 +114,25 @@ def test_one_chart_of_a_same_or_different_pair_says_nothing_about_the_answer(tas
         rates = {value: sum(same) / len(same) for value, same in seen.items()}
         n = min(len(same) for same in seen.values())
         assert all(abs(rate - 0.5) < 4 * (0.25 / n) ** 0.5 for rate in rates.values()), rates
+
+
+@pytest.mark.parametrize("difficulty", [1, 2, 3])
+def test_one_chart_of_a_close_pair_is_right_at_most_its_ceiling(difficulty):
+    """two_chart_close: the two values exactly the gap apart, and the best answer from either chart's value alone
+    (the likelier answer for each value, counted on one draw of items, scored on another) scores close_ceiling."""
+    high, gap = synthetic.CLOSE_SCALE[difficulty]
+    fit, scored = ([(chart_values(item), item["answer"]) for item in synthetic.generate(
+        4000, seed=seed, image_size=32, tasks="two_chart_close", difficulty=difficulty)] for seed in (7, 8))
+    assert all(abs(v1 - v2) == gap and 1 <= min(v1, v2) and max(v1, v2) <= high for (v1, v2), _ in fit + scored)
+    assert abs(sum(answer == "1" for _, answer in scored) / len(scored) - 0.5) < 0.03
+    for chart in (0, 1):
+        votes = {}
+        for values, answer in fit:
+            votes.setdefault(values[chart], []).append(answer)
+        guess = {value: max("12", key=answers.count) for value, answers in votes.items()}
+        best = sum(guess.get(values[chart]) == answer for values, answer in scored) / len(scored)
+        assert abs(best - synthetic.close_ceiling(difficulty)) < 0.025, (chart, best)
+    assert (synthetic.close_ceiling(1), synthetic.close_ceiling(2)) == (3 / 4, 9 / 14)
 
 
 def test_the_two_images_run_file_validates_and_names_two_pictures():

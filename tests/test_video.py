@@ -106,6 +106,34 @@ def test_generated_clips_go_through_an_mp4_and_need_more_than_one_frame(tmp_path
     assert 0.25 < sum(middle) / len(middle) < 0.75
 
 
+@pytest.mark.parametrize("task,key,pair", [("block_motion", "video", (0, 2)), ("square_shift", "images", (0, 1))])
+def test_one_picture_of_a_wrapped_square_is_a_coin_flip(task, key, pair):
+    """block_motion's clips and square_shift's pairs take their square round the picture, its start uniform: where it
+    is in any one frame (or picture) says nothing of the way. The likelier answer for each place (the square's dark
+    columns, in eighths of the width), counted on one draw and scored on another, is right about half the time, in
+    every frame; two frames tell it every time."""
+    fit, scored = (synthetic.generate(1500, seed=seed, image_size=32, tasks=task) for seed in (1, 2))
+
+    def place(frame) -> tuple:
+        return tuple(sorted({x * 8 // frame.width for x in columns(frame)}))
+
+    for k in range(len(fit[0][key])):
+        votes = {}
+        for item in fit:
+            votes.setdefault(place(item[key][k]), []).append(item["answer"])
+        guess = {at: max("12", key=answers.count) for at, answers in votes.items()}
+        right = sum(guess.get(place(item[key][k])) == item["answer"] for item in scored) / len(scored)
+        assert abs(right - 0.5) < 0.05, (k, right)
+    for item in scored[:100]:  # two frames: the dark columns move round the frame by a few pixels, the answer's way
+        first, second = (columns(item[key][k]) for k in pair)
+        shift = max(range(-12, 13), key=lambda d: len({(x + d) % 32 for x in first} & second))
+        assert (shift > 0) == (item["answer"] == "2") and shift != 0
+
+
+def columns(frame) -> set:
+    return {x for x in range(frame.width) if any(frame.getpixel((x, y))[0] < 100 for y in range(frame.height))}
+
+
 def _shape_x(frame) -> float:
     xs = [x for x in range(frame.width) for y in range(frame.height) if min(frame.getpixel((x, y))) < 200]
     return sum(xs) / len(xs)
@@ -306,3 +334,34 @@ def test_gspo_trains_on_generated_clips_and_records_say_which_clip(tmp_path):
 
     adapter = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
     assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name)
+
+
+@pytest.mark.slow
+@pytest.mark.head_lora  # the run file's LoRA on the output layer
+def test_the_video_run_file_trains_and_its_one_frame_baseline_holds_one_frame(tmp_path):
+    """bench/learning/video.toml, a few steps: block_motion's warm start (a shorter one, cached once), its sampled
+    evals, GSPO steps that teach (rewards differ within a group), the adapter; then `--images still` on its held-out
+    items shows every clip as its one held frame."""
+    from vlrl import run
+    from vlrl.cli import main
+    from vlrl.evaluation.records import read_records
+
+    config = cfg.load(ROOT / "bench" / "learning" / "video.toml", overrides=[
+        "model.warm_start_steps=150", "model.warm_start_items=512", "data.num_items=24", "data.hold_out=6",
+        "training.max_steps=2", "training.save_steps=2", "training.warmup_steps=0", "eval.samples=2"])
+    assert config.data.tasks == ["block_motion"] and config.eval.samples == 2
+    lines = []
+    run.run(config, tmp_path, log=lines.append)
+    assert any("video tokens per clip: min 64, median 64, max 64" in line for line in lines)
+    for side in ("before", "after"):
+        sampled = read_records(tmp_path / f"samples_{side}.jsonl")
+        assert len(sampled) == 6 and all(len(r["draws"]) == 2 and r["video"]["frames"] == 8 for r in sampled)
+    steps = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps if "rewards/format_reward/mean" in s] == [1, 2]
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
+    still = tmp_path / "samples_adapter_still.jsonl"  # the one-frame baseline, as bench/inputs_learning.py runs it
+    assert main(["eval", "--run-dir", str(tmp_path), "--adapter", str(tmp_path / "adapter"), "--images", "still",
+                 "--samples", "2", "--temperature", "1", "--seed", "0", "--output", str(still)]) == 0
+    held, after = read_records(still), read_records(tmp_path / "samples_after.jsonl")
+    assert [r["id"] for r in held] == [r["id"] for r in after]  # the same items, the clip's tokens kept
+    assert [r["prompt_tokens"] for r in held] == [r["prompt_tokens"] for r in after]

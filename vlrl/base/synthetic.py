@@ -6,7 +6,9 @@ shapes. `TASKS` (the default, which the tiny preset's warm start learned) are ba
 areas; `ALL_TASKS` adds comparisons (multi-choice with numeric options), line charts, square counts, perimeters and
 triangle angles: `generate(n, tasks="all")`. `MULTI_IMAGE_TASKS` show two charts per item (`images`, placed by the
 question's `<image>` markers): which one shows the larger value of a bar, how much a bar changed between them, and
-whether they show the same value or colour (`SAME_TASKS`: one chart alone says nothing about their answers).
+whether they show the same value or colour (`SAME_TASKS`: one chart alone says nothing about their answers), and
+which shows the larger of two values a fixed gap apart (`two_chart_close`: one chart alone right at most
+`close_ceiling(difficulty)` of the time).
 
     >>> items = generate(4, seed=0, image_size=64)
     >>> sorted(items[0])
@@ -23,12 +25,16 @@ TASKS = ("bar_value", "bar_max", "bar_sum", "bar_difference", "count", "rectangl
 ALL_TASKS = TASKS + ("bar_compare", "line_value", "line_compare", "line_sum", "line_difference", "count_squares",
                      "rectangle_perimeter", "triangle_angle")
 # Items of two pictures each (`images`, placed by the question's <image> markers): not in ALL_TASKS (items of one)
-MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change", "two_chart_same", "two_chart_same_color")
+MULTI_IMAGE_TASKS = ("two_chart_compare", "two_chart_change", "two_chart_same", "two_chart_same_color",
+                     "two_chart_close", "square_shift")
+# two_chart_close: the two values a fixed gap apart on a fixed scale, so one chart alone is right at most
+# close_ceiling(difficulty) of the time (3/4 at difficulty 1)
+CLOSE_SCALE = {1: (9, 3), 2: (9, 2), 3: (9, 1)}  # difficulty: (the scale's top value, the gap between the two)
 SAME_TASKS = ("two_chart_same", "two_chart_same_color")  # "the same?" tasks: exactly half of a draw's items say yes
 COLOR_NAMES = ("blue", "orange", "green", "red", "purple", "brown")  # COLORS' names, in order
 # Items of one clip each (`video`: its frames, drawn at MOTION_FPS; `vlrl.data.load_synthetic` writes it as an mp4 and
 # decodes it back): not in ALL_TASKS either
-VIDEO_TASKS = ("shape_motion",)
+VIDEO_TASKS = ("shape_motion", "block_motion")
 KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS + VIDEO_TASKS
 MOTION_FPS = 4  # the clips' frame rate: MOTION_FRAMES frames are 2 seconds
 MOTION_FRAMES = 8
@@ -291,7 +297,13 @@ def _two_charts(task, rng, size, difficulty, high, same=None):
     smaller, 7-9 always the larger: bench/results/inputs.md). "The same?" does: the shown bar's value is equal in
     `same` items, else a third of the scale or more apart, and either chart's value is uniform under both answers, so
     one chart alone is exactly a coin flip."""
-    if difficulty == 1:
+    if task == "two_chart_close":
+        high, gap = CLOSE_SCALE[difficulty]
+        low = rng.randint(1, high - gap)
+        v1, v2 = (low, low + gap) if rng.random() < 0.5 else (low + gap, low)
+        a, name = "A", "the bar"
+        pictures = [_one_bar(v1, size, high, rng), _one_bar(v2, size, high, rng)]
+    elif difficulty == 1:
         v1 = rng.randint(1, high)
         if task == "two_chart_same":
             v2 = v1 if same else _other_value(v1, high, rng)
@@ -314,7 +326,7 @@ def _two_charts(task, rng, size, difficulty, high, same=None):
         name = f"bar {a}"
         pictures = [_bar_chart(first, size, scale_to=high), _bar_chart(second, size, scale_to=high)]
     place = "The first chart: <image> The second chart: <image> "
-    if task == "two_chart_compare":
+    if task in ("two_chart_compare", "two_chart_close"):
         question = place + f"Which chart shows the larger value for {name}? Answer 1 for the first, 2 for the second."
         answer = 1 if v1 > v2 else 2
         reasoning = f"{name.capitalize()} is {v1} in the first chart and {v2} in the second; chart {answer} is larger."
@@ -329,6 +341,20 @@ def _two_charts(task, rng, size, difficulty, high, same=None):
         reasoning = f"{name.capitalize()} went from {v1} to {v2}: {v2} - {v1} = {v2 - v1}."
     item = _item(task, question, pictures[0], answer, reasoning, ["statistical reasoning"], difficulty)
     return {**item, "images": pictures}
+
+
+def close_ceiling(difficulty: int = 1) -> float:
+    """The best a reader of one chart of a `two_chart_close` item can score: the pair is (low, low + gap) with low
+    uniform on 1..high - gap, in a random order. A shown value of gap or less is always the smaller, one above
+    high - gap always the larger (2 x gap of the 2 x (high - gap) equally likely cases); every value between is the
+    smaller or the larger alike, a coin flip. So high / (2 (high - gap)), on a scale of 9: 3/4 at difficulty 1 (a gap
+    of 3), 9/14 (64.3%) at 2 (a gap of 2), 9/16 (56.3%) at 3 (a gap of 1).
+
+    >>> [round(close_ceiling(d), 3) for d in (1, 2, 3)]
+    [0.75, 0.643, 0.562]
+    """
+    high, gap = CLOSE_SCALE[difficulty]
+    return high / (2 * (high - gap))
 
 
 def _same_color(rng, size, high, same):
@@ -347,37 +373,77 @@ def _same_color(rng, size, high, same):
     return {**item, "images": pictures}
 
 
-def _shape_motion(rng, size, difficulty, high):
+def _shape_motion(rng, size, difficulty, high, task="shape_motion"):
     """A shape moving left or right at a steady pace across MOTION_FRAMES frames. Where it is halfway through the
     clip is drawn alike for both ways, so the middle of the clip is no clue to the way, and one end frame only a weak
     one (a shape near an edge); two frames tell it. Difficulty 1 moves it half the picture's width (2 and 3: a third,
-    a sixth)."""
+    a sixth). `block_motion` is the same motion made as plain as a bar's height: a black square a third of the
+    frame's side, and a reasoning that names only the way it moves (shape_motion's names its start and end x in
+    pixels, which the tiny model never learned to read). It wraps around: what leaves at one side comes back in at
+    the other, and its start is uniform over the frame's width, so where it is in any one frame is uniform for both
+    ways: any frame alone (`vlrl eval --images still` holds one) is exactly a coin flip."""
     travel = size * {1: 0.5, 2: 1 / 3, 3: 1 / 6}[difficulty]
-    side = max(4, size // 6)
+    block = task == "block_motion"
+    side = size // 3 if block else max(4, size // 6)
     rightward = rng.random() < 0.5
-    middle = rng.uniform(travel / 2, size - side - travel / 2)
-    start = middle - travel / 2 if rightward else middle + travel / 2
+    if block:  # it leaves one side of the frame and comes back in at the other: anywhere, in every frame, either way
+        start = rng.uniform(0, size)
+    else:
+        middle = rng.uniform(travel / 2, size - side - travel / 2)
+        start = middle - travel / 2 if rightward else middle + travel / 2
     top = rng.uniform(0, size - side)
-    color, shape = rng.choice(COLORS), rng.choice(["circle", "square"])
+    color, shape = ((0, 0, 0), "square") if block else (rng.choice(COLORS), rng.choice(["circle", "square"]))
     frames = []
     for k in range(MOTION_FRAMES):
         x = start + (travel if rightward else -travel) * k / (MOTION_FRAMES - 1)
+        if block:
+            frames.append(_wrapped_square(x, top, side, size))
+            continue
         frame = Image.new("RGB", (size, size), "white")
         draw = ImageDraw.Draw(frame)
         (draw.ellipse if shape == "circle" else draw.rectangle)([x, top, x + side, top + side], fill=color)
         frames.append(frame)
     answer, end = (2, start + travel) if rightward else (1, start - travel)
+    way = "right" if rightward else "left"
     question = "<video> Which way does the shape move across the clip? Answer 1 for left, 2 for right."
-    reasoning = (f"The {shape} starts at x = {start:.0f} and ends at x = {end:.0f}; it moves "
-                 f"{'right' if rightward else 'left'}, so {answer}.")
-    item = _item("shape_motion", question, None, answer, reasoning, ["spatial reasoning"], difficulty)
+    reasoning = (f"The square moves {way}, so {answer}." if block else
+                 f"The {shape} starts at x = {start:.0f} and ends at x = {end:.0f}; it moves {way}, so {answer}.")
+    item = _item(task, question, None, answer, reasoning, ["spatial reasoning"], difficulty)
     return {**item, "video": frames, "video_metadata": {"fps": float(MOTION_FPS), "total_num_frames": MOTION_FRAMES,
                                                         "frames_indices": list(range(MOTION_FRAMES)),
                                                         "duration": MOTION_FRAMES / MOTION_FPS, "source": "frames"}}
 
 
+def _wrapped_square(x: float, top: float, side: int, size: int) -> Image.Image:
+    """A black square at `x` (taken round the picture's width): a square across the right edge shows its rest at the
+    left, so where it is, is uniform whenever x is."""
+    image = Image.new("RGB", (size, size), "white")
+    draw = ImageDraw.Draw(image)
+    for at in (x % size, x % size - size):
+        draw.rectangle([at, top, at + side, top + side], fill="black")
+    return image
+
+
+def _square_shift(rng, size, difficulty, high):
+    """Two pictures of one black square, the second moved left or right by a quarter of the width (difficulty 2 and 3:
+    a sixth, a tenth), round the picture as block_motion's clips are: where it is in either picture is uniform for
+    both ways, so one picture alone is exactly a coin flip; the two together tell the way."""
+    side, step = size // 3, size * {1: 1 / 4, 2: 1 / 6, 3: 1 / 10}[difficulty]
+    rightward = rng.random() < 0.5
+    x, top = rng.uniform(0, size), rng.uniform(0, size - side)
+    pictures = [_wrapped_square(x, top, side, size), _wrapped_square(x + (step if rightward else -step), top, side,
+                                                                     size)]
+    answer = 2 if rightward else 1
+    question = ("The first picture: <image> The second picture: <image> Which way did the square move from the first "
+                "picture to the second? Answer 1 for left, 2 for right.")
+    reasoning = f"The square moved {'right' if rightward else 'left'}, so {answer}."
+    item = _item("square_shift", question, pictures[0], answer, reasoning, ["spatial reasoning"], difficulty)
+    return {**item, "images": pictures}
+
+
 _EXTRA = {
-    "shape_motion": _shape_motion,
+    "square_shift": _square_shift,
+    **{t: (lambda rng, size, d, high, t=t: _shape_motion(rng, size, d, high, t)) for t in VIDEO_TASKS},
     "bar_compare": _bar_compare,
     **{t: (lambda rng, size, d, high, t=t: _line(t, rng, size, d, high))
        for t in ("line_value", "line_compare", "line_sum", "line_difference")},
@@ -385,7 +451,7 @@ _EXTRA = {
     "rectangle_perimeter": _perimeter,
     "triangle_angle": _triangle_angle,
     **{t: (lambda rng, size, d, high, t=t: _two_charts(t, rng, size, d, high))
-       for t in ("two_chart_compare", "two_chart_change")},
+       for t in ("two_chart_compare", "two_chart_change", "two_chart_close")},
 }
 
 

@@ -14,6 +14,8 @@ reads), taken as shot at `video_fps`. What cannot be used is a `BadItem` with a 
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 from vlrl.base.images import BadItem, load_image
@@ -107,11 +109,13 @@ def _av():
 
 def write_video(frames: list, path: str | Path, *, fps: float) -> Path:
     """Writes RGB frames (PIL images of one even size) as an H.264 mp4 at `fps` frames per second (`yuv420p`, the
-    form every player reads). Returns the path."""
+    form every player reads). Returns the path. Written beside it under a name of this process's own, then moved into
+    place: two runs writing the same generated clip at once never read each other's half-written file."""
     av = _av()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as container:
+    part = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
+    with av.open(str(part), "w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=round(fps))
         stream.width, stream.height = frames[0].size
         stream.pix_fmt = "yuv420p"
@@ -121,4 +125,5 @@ def write_video(frames: list, path: str | Path, *, fps: float) -> Path:
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
+    os.replace(part, path)
     return path

@@ -80,7 +80,8 @@ def load_synthetic(num_items: int, *, seed: int = 0, image_size: int = 128, diff
     except ValueError as err:  # an unknown task name: the user's input, said as such
         raise DataError(str(err)) from None
     if any(row.get("video") for row in rows):
-        rows = _clips_through_mp4(rows, video_fps, max_frames, video_dir, f"{seed}-{image_size}-{difficulty}")
+        named = "+".join([tasks] if isinstance(tasks, str) else tasks)  # the ids repeat across tasks, the clips do not
+        rows = _clips_through_mp4(rows, video_fps, max_frames, video_dir, f"{seed}-{image_size}-{difficulty}-{named}")
     report = DataReport(source="synthetic", rows_read=len(rows), rows_kept=len(rows), image_size=image_size,
                         max_images=max_images or 1)
     if max_images is not None:
