@@ -23,10 +23,10 @@ CKPT=/tmp/ckpt LANES="0 1 2 3 4 5" LANE=lane
 
 ready() { until [ -e "$1" ]; do sleep 5; done; }
 
-data() {  # ViRL39K's layout (VIRL_ROWS rows) and 16 / 32 of testmini's real annotations, one eval batch each
+data() {  # ViRL39K's layout (VIRL_ROWS rows) and 8 / 16 / 32 of testmini's real annotations, one eval batch each
   # (the annotations: ../shared/data's, carried in .rehearsal/mathvista_testmini_annotations.jsonl.gz)
   python3 bench/rehearsal_data.py virl39k /tmp/data/virl --items "$VIRL_ROWS" --workers 8 > /tmp/results/data.log 2>&1
-  for n in 16 32; do python3 bench/rehearsal_data.py mathvista /tmp/data/mv$n --items $n --workers 4 >> /tmp/results/data.log 2>&1; done
+  for n in 8 16 32; do python3 bench/rehearsal_data.py mathvista /tmp/data/mv$n --items $n --workers 4 >> /tmp/results/data.log 2>&1; done
   touch /tmp/data/.ready
 }
 
