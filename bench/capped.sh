@@ -86,11 +86,7 @@ rest0() {  # the 8B Thinking preset at its eval batch of 16 (32 ran out of memor
   capped cap-8b-thinking-eval16 qwen3-vl-8b-thinking-mathvista $CKPT/qwen3-vl-8b-thinking-random-bnb4 16
 }
 
-rest1() {  # Qwen3.5 9B, once the 8B's 16-bit weights have left the disk
-  ready $CKPT/qwen3-vl-8b-thinking-random-bnb4/tokenizer_config.json; until [ ! -d $CKPT/qwen3-vl-8b-random ]; do sleep 5; done
-  checkpoints qwen3.5-9b
-  capped cap-q35-9b qwen3.5-9b-mathvista $CKPT/qwen3.5-9b-random 16
-}
+rest1() { lane3; }  # Qwen3.5 9B, as the first plan's lane 3 would have run it
 
 rest2() {  # the testmini-seed preset: it trains on testmini itself, 24 of the 32 items, 8 held out (one eval batch)
   ready $CKPT/qwen3-vl-8b-thinking-random-bnb4/tokenizer_config.json; ready /tmp/data/.ready; sleep 10

@@ -195,8 +195,7 @@ def main() -> None:
     args = p.parse_args()
     checkpoint = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.size, Path(args.checkpoints))
     CAP[0] = args.memory_cap_gib
-    if os.environ.get("VLRL_CAP_CONTEXT_GIB"):
-        count_own_context(float(os.environ["VLRL_CAP_CONTEXT_GIB"]))
+    count_own_context()
     bandwidth = copy_bandwidth()
     say(f"checkpoint {checkpoint}, copy bandwidth {bandwidth / 1e12:.2f} TB/s")
     for path in args.paths:

@@ -113,14 +113,17 @@ def build_checkpoint(size: str, root: Path) -> Path:
     return path
 
 
-def count_own_context(context_gib: float) -> None:
-    """Processes sharing one GPU (bench/capped.sh's lanes): `[model] memory_cap_gib` then counts this process's own
-    CUDA context, `context_gib` as one process measured it alone, and not the other processes' memory, which a card
-    of its own would not hold (`vlrl.model.memory_cap.cap_fraction` counts everything on the card outside the
-    allocator). What the allocator may reserve is then the cap less that context, as on a card of its own."""
+def count_own_context() -> None:
+    """Processes sharing one GPU (bench/capped.sh's lanes, with VLRL_CAP_CONTEXT_GIB set; otherwise nothing changes):
+    `[model] memory_cap_gib` then counts this process's own CUDA context, VLRL_CAP_CONTEXT_GIB as one process
+    measured it alone, and not the other processes' memory, which a card of its own would not hold
+    (`vlrl.model.memory_cap.cap_fraction` counts everything on the card outside the allocator). What the allocator may
+    reserve is then the cap less that context, as on a card of its own."""
+    if not os.environ.get("VLRL_CAP_CONTEXT_GIB"):
+        return
     from vlrl.model import memory_cap
 
-    fraction = memory_cap.cap_fraction
+    context_gib, fraction = float(os.environ["VLRL_CAP_CONTEXT_GIB"]), memory_cap.cap_fraction
     memory_cap.cap_fraction = lambda cap, total, free, reserved: fraction(
         cap, total, total - reserved - int(context_gib * memory_cap.GIB), reserved)
 

@@ -327,20 +327,18 @@ def gpu_table(rows: list[dict]) -> list[str]:
                      f"{r['generation_s']:.2f} | {r['decode_bound_share']:.1%} | "
                      f"{r['max_reserved_gib_default_allocator']:.1f} | {r['max_reserved_gib']:.1f} | "
                      f"{r['max_allocated_gib']:.1f} |")
+    lines += ["", GPU_READING]
     capped = [r for r in rows if r.get("capped")]
     if capped:
         cap = capped[0]["capped"]["cap_gib"]
-        lines += ["", GPU_READING, "", (f"Under a hard cap of {cap:g} GiB (`{CAPPED_COMMAND}`, in lane 4 of "
-                                        "`bash bench/capped.sh`, beside other presets' runs: its speed there is not "
-                                        "this table's; bench/results/capped.md), the same steps ran with no "
-                                        "out-of-memory error:"), ""]
+        lines += ["", (f"Under a hard cap of {cap:g} GiB (`{CAPPED_COMMAND}`, in lane 4 of `bash bench/capped.sh`, "
+                       "beside other presets' runs: its speed there is not this table's; bench/results/capped.md), the "
+                       "same steps ran with no out-of-memory error:"), ""]
         lines += [f"- {r['input']}: {r['capped']['max_reserved_gib']:.2f} GiB reserved at most "
                   f"({r['capped']['max_allocated_gib']:.2f} allocated); the process as nvidia-smi saw it: "
                   f"{r['capped']['process_peak_gib']} GiB, the CUDA context and libraries loaded after the cap counted"
                   for r in capped]
-        return lines
-    return lines + ["", GPU_READING]
-
+    return lines
 
 CAPPED_COMMAND = ("python bench/gpu_engine.py --size 8b --checkpoint CKPT --completion 1024 --paths vlrl-int8 "
                   "--inputs 16-frames 2-images --steps 1 --memory-cap-gib 22")

@@ -145,8 +145,7 @@ if os.environ.get("VLRL_STAGES"):
     StageClock(os.environ["VLRL_STAGES"])
 if os.environ.get("VLRL_SKIP_EVALS") in ("1", "after"):
     skip_evals(keep_first=os.environ["VLRL_SKIP_EVALS"] == "after")
-if os.environ.get("VLRL_CAP_CONTEXT_GIB"):
-    count_own_context(float(os.environ["VLRL_CAP_CONTEXT_GIB"]))
+count_own_context()
 
 if __name__ == "__main__":
     sys.exit(main())
