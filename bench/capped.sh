@@ -145,7 +145,8 @@ case "${1:-}" in
 print(round((total - free - torch.cuda.memory_reserved()) / 2**30, 3))" > /tmp/results/context_gib
     echo "one process's CUDA context alone: $(cat /tmp/results/context_gib) GiB"
     export VLRL_CAP_CONTEXT_GIB=$(cat /tmp/results/context_gib)
-    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -l 1 >> /tmp/results/apps.csv 2>&1 &
+    setsid nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -l 1 \
+      >> /tmp/results/apps.csv 2>&1 < /dev/null &  # setsid: it samples past the end of this call, as the lanes run
     for n in $LANES; do
       setsid bash -c "source bench/capped.sh; $LANE$n; echo \"done \$(date +%T)\" > /tmp/lanes/lane$n.done" \
         > /tmp/lanes/lane$n.log 2>&1 < /dev/null &

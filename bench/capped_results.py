@@ -17,27 +17,23 @@ import json
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-COMMAND = ('bash bench/capped.sh start 515   # then: bash bench/capped.sh wait 490 (one H200, carry [".whl", '
-           '".rehearsal"])')
-NOT_RUN = {  # presets this plan left out, and what is known of them uncapped (engine.json `max_reserved_gib`)
-    "qwen3-vl-2b-mathvista": "left out of the plan: 12.2 GiB reserved uncapped (rehearsal.md)",
-    "qwen3-vl-8b-mathvista-testmini-seed": "left out of the plan: the 8B preset's model and shape, decoding 8 at once "
-                                           "where the 8B preset decodes 16, and an eval batch of 8 (the 8B preset's: 32)",
-    "qwen3.5-2b-mathvista": "left out of the plan: 13.7 GiB reserved uncapped (qwen35.md)",
-    "qwen3.5-4b-mathvista": "left out of the plan: 13.9 GiB reserved uncapped (qwen35.md)",
-    "qwen3.5-9b-mathvista": "planned (lane 3) and not run: the lane waited for a 16-bit 8B checkpoint to leave the "
-                            "disk, which an earlier call had kept; 22.4 GiB reserved uncapped (qwen35.md)",
-}
+COMMAND = ('bash bench/capped.sh start 515   # then: bash bench/capped.sh wait 490; and the presets it left: '
+           'PLAN=rest bash bench/capped.sh start 560, then PLAN=rest bash bench/capped.sh wait 420 (one H200, carry '
+           '[".whl", ".rehearsal"])')
+NOT_RUN: dict[str, str] = {}  # presets no plan has run yet, and what is known of them uncapped (none left: 2026-11-29)
 
 
-def process_peaks(runs: dict) -> dict[int, float]:
-    """Each process id's peak GiB in nvidia-smi's per-process samples (`pid, MiB` lines)."""
-    peaks: dict[int, float] = {}
+def process_peaks(runs: dict) -> dict[int, tuple[float, bool]]:
+    """Each process id's peak GiB in nvidia-smi's per-process samples (`pid, MiB` lines), and whether its samples
+    cover it to its end: a process still in the file's last samples outlived its logger, so its peak is a lower bound."""
+    peaks: dict[int, tuple[float, bool]] = {}
     for name, text in runs.get("nvidia_smi", {}).items():
-        for line in text.splitlines() if name.endswith(".csv") else ():
-            pid, _, mib = (part.strip() for part in line.partition(","))
-            if pid.isdigit() and mib.isdigit():
-                peaks[int(pid)] = max(peaks.get(int(pid), 0.0), int(mib) / 1024)
+        samples = [[part.strip() for part in line.split(",")] for line in text.splitlines()] if name.endswith(".csv") else []
+        samples = [(int(pid), int(mib) / 1024) for pid, mib in (s for s in samples if len(s) == 2)
+                   if pid.isdigit() and mib.isdigit()]
+        last = {pid for pid, _ in samples[-12:]}  # the last two seconds' samples (six lanes at most)
+        for pid, gib in samples:
+            peaks[pid] = (max(peaks.get(pid, (0.0, True))[0], gib), pid not in last)
     return peaks
 
 
@@ -50,11 +46,12 @@ def preset_row(name: str, run: dict, peaks: dict[int, float], cap: float) -> tup
     top = next(s for s in stages["stages"] if (s.get("peak_reserved_gib") or 0) >= most - 0.05)  # reserved stays
     oom = "out of GPU memory" in run["run.log"]
     steps = [r for r in run.get("train_log.jsonl", []) if "step_time" in r]
+    peak, whole = peaks.get(stages.get("pid"), (0.0, False))
     return preset, {
         "value": not oom and len(steps) == 2, "cap_gib": cap,
         "max_reserved_gib": top["peak_reserved_gib"],
         "max_allocated_gib": max(s.get("peak_allocated_gib") or 0 for s in stages["stages"]),
-        "stage_at_peak": top["stage"], "process_peak_gib": round(peaks.get(stages.get("pid"), 0.0), 2) or None,
+        "stage_at_peak": top["stage"], "process_peak_gib": round(peak, 2) or None, "process_peak_whole": whole,
         "gspo_steps": len(steps), "out_of_memory": oom, "raw": f"capped_runs.json#{name}",
     }
 
@@ -67,9 +64,16 @@ def engine_rows(runs: dict, peaks: dict[int, float], pid: int | None) -> list[di
             rows.append({"input": result["input"].replace("-", " "), "cap_gib": result["memory_cap_gib"],
                          "max_reserved_gib": round(result["max_reserved_gib"], 2),
                          "max_allocated_gib": round(result["max_allocated_gib"], 2),
-                         "process_peak_gib": round(peaks.get(result.get("pid", pid), 0.0), 2) or None,
+                         "process_peak_gib": round(peaks.get(result.get("pid", pid), (0.0, False))[0], 2) or None,
                          "step_s_shared_gpu": round(result["step_s"], 1), "raw": f"capped_runs.json#inputs8b/{name}"})
     return rows
+
+
+def smi_peak(row: dict) -> str:
+    """nvidia-smi's process peak as the page shows it: a lower bound where the logger stopped before the process."""
+    if not row["process_peak_gib"]:
+        return "not sampled (its logger had stopped)"
+    return f"{row['process_peak_gib']}" + ("" if row["process_peak_whole"] else " at least (its logger stopped first)")
 
 
 def page(capped: dict) -> str:
@@ -83,7 +87,7 @@ def page(capped: dict) -> str:
             continue
         verdict = "**yes**" if row["value"] else "**no: out of memory**"
         lines.append(f"| `{preset}` | {verdict} | {row['max_reserved_gib']} / {row['max_allocated_gib']} | "
-                     f"{row['stage_at_peak']} | {row['process_peak_gib']} |")
+                     f"{row['stage_at_peak']} | {smi_peak(row)} |")
     lines += ["", "The 8B preset path by input at 1,024 tokens (`bench/gpu_engine.py --memory-cap-gib 22`, issue 48):", "",
               "| input | cap GiB | peak reserved / allocated GiB | nvidia-smi process peak GiB |", "|---|---|---|---|"]
     lines += [f"| {r['input']} | {r['cap_gib']:g} | {r['max_reserved_gib']} / {r['max_allocated_gib']} | "
@@ -109,7 +113,8 @@ def main() -> None:
     capped = {
         "command": COMMAND, "presets": dict(sorted(presets.items())),
         "inputs": engine_rows(runs, peaks, args.engine_pid),
-        "how": (f"One H200, 2026-11-29, lanes at once (five GPU processes at most): each preset through `vlrl run` as a user starts it "
+        "how": (f"One H200, 2026-11-29, in two plans (the first, then PLAN=rest on a fresh machine), lanes at once "
+                f"(five GPU processes at most): each preset through `vlrl run` as a user starts it "
                 f"(random weights of the real config, bench/rehearsal.sh's data and reward) with "
                 f"`--set model.memory_cap_gib={args.cap:g}`: its baseline eval (one batch at the preset's eval batch "
                 f"size), then two GSPO steps at its shape (the Crafter presets: each step one generation batch of "
@@ -118,10 +123,11 @@ def main() -> None:
                 f"may reserve {args.cap - float(context):.2f} GiB. Step times here are not speeds (up to five processes "
                 f"shared the GPU)."),
         "notes": ("nvidia-smi's process peak is sampled once a second (a shorter peak can pass between samples) and "
-                  "counts what the cap does not: CUDA libraries and compiled kernels loaded after it. "
-                  "`qwen3-vl-8b-thinking-mathvista` ran out of memory in its baseline eval at its eval batch of 32 "
-                  "(1,536 tokens): its [eval] batch_size is 16 since (half the eval's KV cache), not yet run under "
-                  "the cap."),
+                  "counts what the cap does not: CUDA libraries and compiled kernels loaded after it. Its logger ended "
+                  "with the call that started it (capped.sh starts it detached since), so a process that outlived "
+                  "that call has a lower bound there. `qwen3-vl-8b-thinking-mathvista` ran out of memory in its "
+                  "baseline eval at an eval batch of 32 (1,536 tokens; kept under `earlier`): its [eval] batch_size "
+                  "is 16 since (half the eval's KV cache, twice the eval batches), and at 16 it fits."),
     }
     (RESULTS / "capped.md").write_text(page(capped))
     engine = json.loads((RESULTS / "engine.json").read_text())
