@@ -2,17 +2,20 @@
 completion tokens/s against plain TRL's at its own batch and length, the update's (the step less its generation)
 against TRL's on the same 32 completions, and the decoding's share of the bandwidth bound inside the step.
 
-    python bench/engine_results.py DIR     # DIR: gpu_engine.py's gspo_*.json of one plan s50 (both paths a shape)
+    python bench/engine_results.py DIR --measured 2026-11-29   # DIR: gpu_engine.py's gspo_*.json (both paths a shape)
     python bench/results_io.py pack DIR bench/results/engine_runs.json --key s50   # its raw rows, kept
+    python bench/engine_results.py --runs fusion --measured 2026-11-27   # rows already packed in engine_runs.json
 
 Writes engine.json's `ratio_vs_plain_trl`, `update_ratio_vs_trl_256` / `_1024` and `decode_bound_share_in_step`
-(each row's file named under `raw`). A shape with only one of its two paths measured is left out and said.
+(each row's file named under `raw`, each entry with the date it was measured). Entries join what engine.json holds,
+preset by preset, so a plan that ran some shapes replaces those and keeps the others. A shape with only one of its two
+paths measured is left out and said.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -51,6 +54,8 @@ def figures(rows: list[dict], raw: str = "engine_runs.json#s50") -> dict:
             "at": (f"{vlrl['completion']} tokens, {vlrl['generation_batch']} decoded at once, micro-batch "
                    f"{vlrl['micro_batch']} ({vlrl['path']}); plain TRL: {trl['generation_batch']} at once, "
                    f"micro-batch {trl['micro_batch']}"),
+            "step_s_each": {"vlrl": [round(s["step_s"], 1) for s in vlrl["steps"]],  # the first: compiling
+                            "plain_trl": [round(s["step_s"], 1) for s in trl["steps"]]},  # (warm-up); the last counts
             "raw": f"{raw}/{vlrl['file']}, {raw}/{trl['file']}"}
         share = vlrl["decode_bound_share"]
         out["decode_bound_share_in_step"][preset] = {
@@ -66,18 +71,38 @@ def figures(rows: list[dict], raw: str = "engine_runs.json#s50") -> dict:
     return out
 
 
-def main(directory: str) -> None:
-    rows = [{**json.loads(p.read_text()), "file": p.name} for p in sorted(Path(directory).glob("gspo_*.json"))]
-    found = figures(rows)
+def merged(engine: dict, found: dict, measured: str) -> dict:
+    """engine.json with `found`'s entries (each stamped `measured`) in place of the same presets' earlier ones."""
+    for key, entries in found.items():
+        if key.startswith("update_ratio"):
+            engine[key] = {**entries, "measured": measured}
+        else:
+            engine[key] = {**engine.get(key, {}), **{p: {**e, "measured": measured} for p, e in entries.items()}}
+    return engine
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("directory", nargs="?", help="gpu_engine.py's gspo_*.json of one plan (raw: engine_runs.json#s50)")
+    p.add_argument("--runs", help="instead, the rows packed under this key of engine_runs.json (its top level)")
+    p.add_argument("--measured", required=True, help="the date the rows were measured, e.g. 2026-11-29")
+    args = p.parse_args()
+    if args.runs:
+        packed = json.loads((RESULTS / "engine_runs.json").read_text())[args.runs]
+        rows = [{**row, "file": name} for name, row in sorted(packed.items()) if name.startswith("gspo_")]
+        raw = f"engine_runs.json#{args.runs}"
+    else:
+        rows = [{**json.loads(f.read_text()), "file": f.name} for f in sorted(Path(args.directory).glob("gspo_*.json"))]
+        raw = "engine_runs.json#s50"
+    found = figures(rows, raw=raw)
     alone = {(r["size"], r["completion"], r["path"]) for r in rows} - {
         (r["size"], r["completion"], r["path"]) for pair in pairs(rows).values() for r in pair}
     if alone:
         print(f"left out, one path only: {sorted(alone)}")
-    engine = json.loads((RESULTS / "engine.json").read_text())
-    engine.update(found)
+    engine = merged(json.loads((RESULTS / "engine.json").read_text()), found, args.measured)
     (RESULTS / "engine.json").write_text(json.dumps(engine, indent=2, ensure_ascii=False) + "\n")
     print(json.dumps(found, indent=1))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()

@@ -1,0 +1,111 @@
+"""The training half of a GSPO step, pass by pass (issue 50 point 2): what one forward + backward over a micro-batch
+costs as its rows grow, on the 8B 4-bit shape (random weights, one 512x512 picture an item), for the int8-packed base
+vlrl trains on and the NF4 base plain TRL trains on.
+
+Recorded GSPO steps say the update's time goes with the number of passes, not with their rows: at 256 tokens vlrl's
+32 completions took 7.96 s in 8 passes of 4 and 3.87 s in 4 passes of 8 (engine_runs.json `gspo_step`). This script
+times one pass (TRL's scoring forward: logits of the completion tokens, their log-softmax, then backward, with
+gradient checkpointing on as TRL sets it) at 1, 2, 4 and 8 rows, fits seconds = fixed + per_row x rows, and profiles
+one pass of 4 rows (the CUDA kernels and CPU ops that take the most time).
+
+    python bench/gpu_update.py --completion 256 --out $OUT/update     # one JSON per base: update_<base>_<tokens>.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_engine import dataset, load, say
+from gpu_gspo import build_checkpoint
+
+ROWS = (1, 2, 4, 8)
+
+
+def batch(processor, rows: int, completion: int):
+    """`rows` copies of one 512x512 picture's prompt with `completion` sampled-looking token ids after it."""
+    import torch
+
+    item = dataset(1)[0]
+    text = processor.apply_chat_template(item["prompt"], add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text] * rows, images=[item["image"]] * rows, return_tensors="pt", padding=True)
+    generator = torch.Generator().manual_seed(0)
+    tail = torch.randint(1000, 100_000, (rows, completion), generator=generator)
+    prompt = inputs["input_ids"].shape
+    for key, value in list(inputs.items()):  # every per-token tensor grows by the completion: ids, mask, token types
+        if value.shape == prompt:
+            fill = tail if key == "input_ids" else torch.full_like(tail, int(key == "attention_mask"))
+            inputs[key] = torch.cat([value, fill.to(value.dtype)], dim=1)
+    return {k: v.to("cuda" if torch.cuda.is_available() else "cpu") for k, v in inputs.items()}
+
+
+def one_pass(model, inputs: dict, completion: int) -> None:
+    """TRL's scoring forward and the backward of a loss on its log-probs."""
+    import torch
+
+    logits = model(**inputs, logits_to_keep=completion + 1).logits[:, :-1].float()
+    labels = inputs["input_ids"][:, -completion:]
+    logps = torch.log_softmax(logits, dim=-1).gather(-1, labels[..., None]).squeeze(-1)
+    (-logps.mean()).backward()
+
+
+def measure(base: str, checkpoint: Path, completion: int) -> dict:
+    import torch
+
+    policy, processor, _, _ = load(checkpoint, "int8" if base == "int8" else None)
+    policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy.enable_input_require_grads()
+    policy.train()
+    seconds = {}
+    for rows in ROWS:
+        inputs, times = batch(processor, rows, completion), []
+        for _ in range(3):  # the first is a warm-up
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            one_pass(policy, inputs, completion)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        seconds[rows] = min(times[1:])
+        say(f"{base}: {rows} rows x {inputs['input_ids'].shape[1]} tokens: {seconds[rows]:.3f} s a pass")
+    n, xs, ys = len(ROWS), list(ROWS), [seconds[r] for r in ROWS]
+    slope = (n * sum(x * y for x, y in zip(xs, ys)) - sum(xs) * sum(ys)) / (n * sum(x * x for x in xs) - sum(xs) ** 2)
+    fixed = (sum(ys) - slope * sum(xs)) / n
+    inputs = batch(processor, 4, completion)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        one_pass(policy, inputs, completion)
+        torch.cuda.synchronize()
+    table = prof.key_averages()
+    top = lambda key: [{"name": e.key[:120], "ms": round(getattr(e, key) / 1000, 2), "calls": e.count}
+                       for e in sorted(table, key=lambda e: -getattr(e, key))[:25]]
+    del policy
+    torch.cuda.empty_cache()
+    return {"base": base, "completion": completion, "prompt_and_completion_tokens": inputs["input_ids"].shape[1],
+            "seconds_per_pass": seconds, "fixed_s": round(fixed, 3), "per_row_s": round(slope, 4),
+            "cuda_top": top("device_time_total"), "cpu_top": top("cpu_time_total"),
+            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--completion", type=int, default=256)
+    p.add_argument("--bases", nargs="+", default=["int8", "nf4"])
+    p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
+    p.add_argument("--out", default="bench/results/update")
+    args = p.parse_args()
+    checkpoint = build_checkpoint("8b", Path(args.checkpoints))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for base in args.bases:
+        result = measure(base, checkpoint, args.completion)
+        (Path(args.out) / f"update_{base}_{args.completion}.json").write_text(json.dumps(result, indent=1))
+        print("RESULT", base, json.dumps({k: result[k] for k in ("seconds_per_pass", "fixed_s", "per_row_s")}),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
