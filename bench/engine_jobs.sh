@@ -33,9 +33,10 @@
 #   s46: the 2B Crafter step with the kept cache (vlrl.engine.session) and with every turn prefilled whole, the 8B
 #        adapter's read-back gap, then the 8B Crafter step with the kept cache
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
-#   s50: issue 50 points 1-3, alone on the GPU: each MathVista preset's shape (its batch, micro-batch and length) on
-#        plain TRL (one step: eager, nothing to compile) and on vlrl's path (a compiling step, then one), then the
-#        8B at 256 tokens; `python bench/engine_results.py DIR` writes engine.json's per-preset keys from them
+#   s50: issue 50 points 1-3, alone on the GPU: the update pass by rows (bench/gpu_update.py), then each MathVista
+#        preset's shape (its batch, micro-batch and length) on plain TRL (one step: eager, nothing to compile; at 256
+#        tokens after a warm-up step) and on vlrl's path (a compiling step, then one); `python bench/engine_results.py
+#        DIR --measured DATE` writes engine.json's per-preset keys from them
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -273,16 +274,21 @@ plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): 
   crafter_8b_step c8b-session
 }
 
-side_by_side() {  # side_by_side NAME PATH SHAPE_ARGS...: plain TRL, then vlrl's PATH, at one shape
+side_by_side() {  # side_by_side NAME PATH SHAPE_ARGS...: plain TRL (TRL_WARMUP warm-up steps first), then vlrl's PATH
   local name=$1 path=$2; shift 2
-  python3 bench/gpu_engine.py "$@" --paths trl --steps 1 --warmup 0 --out $RESULTS/s50 > $RESULTS/${name}_trl.log 2>&1
+  python3 bench/gpu_engine.py "$@" --paths trl --steps 1 --warmup "${TRL_WARMUP:-0}" --out $RESULTS/s50 \
+    > $RESULTS/${name}_trl.log 2>&1
   python3 bench/gpu_engine.py "$@" --paths "$path" --steps 1 --warmup 1 --out $RESULTS/s50 > $RESULTS/${name}_vlrl.log 2>&1
 }
 
-plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the presets' shapes, most-used first
+plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the presets' shapes, most-used first.
+  # 2026-11-29 ran 8b_256 only (engine_runs.json#s50): plain TRL's first step there took 48.8 s against 27.5 s for its
+  # second, so at 256 tokens TRL gets a warm-up step (at 1,024 its ~185 s step dwarfs that). First: the update pass
+  # by rows on both bases (bench/gpu_update.py, ~2 min), what point 2 is to be decided from.
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_update.py --completion 256 --out $RESULTS/s50/update > $RESULTS/update_256.log 2>&1
   side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 --generation-batch 16 --micro-batch 4
-  side_by_side 8b_256 vlrl-int8 --size 8b --completion 256 --generation-batch 16 --micro-batch 4
+  TRL_WARMUP=1 side_by_side 8b_256 vlrl-int8 --size 8b --completion 256 --generation-batch 16 --micro-batch 4
   side_by_side 2b_1024 vlrl --size 2b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2

@@ -141,3 +141,15 @@ def test_engine_results_ratios_from_the_fusion_rows():
     assert update["vlrl_training_s"] == round(vlrl["step_s"] - vlrl["generation_s"], 2)
     assert found["decode_bound_share_in_step"]["qwen3-vl-8b-mathvista"]["value"] == round(vlrl["decode_bound_share"], 3)
     assert "update_ratio_vs_trl_256" not in found  # plain TRL alone at 256: no pair
+
+
+def test_engine_results_merge_keeps_other_presets():
+    """A plan that measured some shapes replaces those presets' entries, stamped with its date, and keeps the rest."""
+    from engine_results import merged
+
+    engine = {"ratio_vs_plain_trl": {"a": {"value": 1.0, "measured": "old"}, "b": {"value": 2.0, "measured": "old"}},
+              "update_ratio_vs_trl_256": {"value": 0.5, "measured": "old"}}
+    found = {"ratio_vs_plain_trl": {"b": {"value": 3.0}}, "update_ratio_vs_trl_256": {"value": 0.7}}
+    out = merged(engine, found, "new")
+    assert out["ratio_vs_plain_trl"] == {"a": {"value": 1.0, "measured": "old"}, "b": {"value": 3.0, "measured": "new"}}
+    assert out["update_ratio_vs_trl_256"] == {"value": 0.7, "measured": "new"}
