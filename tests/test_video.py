@@ -69,6 +69,16 @@ def test_a_written_mp4_decodes_back_sampled_by_fps_and_frame_cap(tmp_path):
     assert len(listed) == 5 and (meta["fps"], meta["source"]) == (2.0, "frames")
 
 
+def test_a_write_that_fails_partway_leaves_no_file(tmp_path):
+    """A frame that is no picture, after 60 the encoder has already written out: the error comes through and no
+    half-written file stays."""
+    with pytest.raises(AttributeError):
+        video.write_video([*moving_dot(60), None], tmp_path / "bad.mp4", fps=4)  # 60: the encoder has written
+    assert list(tmp_path.iterdir()) == []
+    video.write_video(moving_dot(4), tmp_path / "dot.mp4", fps=4)
+    assert [p.name for p in tmp_path.iterdir()] == ["dot.mp4"]  # a good write leaves its clip only
+
+
 # --- docs/data.md's layouts, as written -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("column", ["clip", "frames"])

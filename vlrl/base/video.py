@@ -110,20 +110,24 @@ def _av():
 def write_video(frames: list, path: str | Path, *, fps: float) -> Path:
     """Writes RGB frames (PIL images of one even size) as an H.264 mp4 at `fps` frames per second (`yuv420p`, the
     form every player reads). Returns the path. Written beside it under a name of this process's own, then moved into
-    place: two runs writing the same generated clip at once never read each other's half-written file."""
+    place: two runs writing the same generated clip at once never read each other's half-written file, and a write
+    that fails partway leaves nothing behind (its part file removed, the error raised)."""
     av = _av()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
-    with av.open(str(part), "w", format="mp4") as container:
-        stream = container.add_stream("libx264", rate=round(fps))
-        stream.width, stream.height = frames[0].size
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "18"}  # near lossless: a moved shape stays where it was drawn
-        for frame in frames:
-            for packet in stream.encode(av.VideoFrame.from_image(frame.convert("RGB"))):
+    try:
+        with av.open(str(part), "w", format="mp4") as container:
+            stream = container.add_stream("libx264", rate=round(fps))
+            stream.width, stream.height = frames[0].size
+            stream.pix_fmt = "yuv420p"
+            stream.options = {"crf": "18"}  # near lossless: a moved shape stays where it was drawn
+            for frame in frames:
+                for packet in stream.encode(av.VideoFrame.from_image(frame.convert("RGB"))):
+                    container.mux(packet)
+            for packet in stream.encode():
                 container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    os.replace(part, path)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)  # moved into place already, or half-written
     return path
