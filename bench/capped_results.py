@@ -37,7 +37,7 @@ def process_peaks(runs: dict) -> dict[int, tuple[float, bool]]:
     return peaks
 
 
-def preset_row(name: str, run: dict, peaks: dict[int, float], cap: float) -> tuple[str, dict]:
+def preset_row(name: str, run: dict, peaks: dict[int, tuple[float, bool]], cap: float) -> tuple[str, dict]:
     """(preset, its `capped_23gib` entry) from one packed `vlrl run` directory."""
     config = run["config.toml"]
     preset = next(line.split('"')[1] for line in config.splitlines() if line.startswith("name"))
@@ -56,7 +56,7 @@ def preset_row(name: str, run: dict, peaks: dict[int, float], cap: float) -> tup
     }
 
 
-def engine_rows(runs: dict, peaks: dict[int, float], pid: int | None) -> list[dict]:
+def engine_rows(runs: dict, peaks: dict[int, tuple[float, bool]], pid: int | None) -> list[dict]:
     """The 8B preset path by input under its own cap (gpu_engine.py --memory-cap-gib)."""
     rows = []
     for name, result in sorted(runs.get("inputs8b", {}).items()):
