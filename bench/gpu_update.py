@@ -6,7 +6,10 @@ Recorded GSPO steps say the update's time goes with the number of passes, not wi
 32 completions took 7.96 s in 8 passes of 4 and 3.87 s in 4 passes of 8 (engine_runs.json `gspo_step`). This script
 times one pass (TRL's scoring forward: logits of the completion tokens, their log-softmax, then backward, with
 gradient checkpointing on as TRL sets it) at 1, 2, 4 and 8 rows, fits seconds = fixed + per_row x rows, and profiles
-one pass of 4 rows (the CUDA kernels and CPU ops that take the most time).
+one pass of 4 rows (the CUDA kernels and CPU ops that take the most time, the GPU's kernel time against the pass's wall
+time, and the aten ops the host dispatched). The lead it tests: a pass costs about the same at 4 rows as at 8 because
+the host dispatches its ops slower than an H200 runs them (the tiny model's 2-layer pass is ~5,600 aten ops at 4 rows;
+the 8B's 36 layers and 27 vision blocks would be tens of thousands, at several microseconds each).
 
     python bench/gpu_update.py --completion 256 --out $OUT/update     # one JSON per base: update_<base>_<tokens>.json
 """
@@ -76,17 +79,25 @@ def measure(base: str, checkpoint: Path, completion: int) -> dict:
     slope = (n * sum(x * y for x, y in zip(xs, ys)) - sum(xs) * sum(ys)) / (n * sum(x * x for x in xs) - sum(xs) ** 2)
     fixed = (sum(ys) - slope * sum(xs)) / n
     inputs = batch(processor, 4, completion)
+    start = time.perf_counter()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
                                             torch.profiler.ProfilerActivity.CUDA]) as prof:
         one_pass(policy, inputs, completion)
         torch.cuda.synchronize()
+    wall_ms = 1000 * (time.perf_counter() - start)
     table = prof.key_averages()
     top = lambda key: [{"name": e.key[:120], "ms": round(getattr(e, key) / 1000, 2), "calls": e.count}
                        for e in sorted(table, key=lambda e: -getattr(e, key))[:25]]
+    # dispatch-bound or not: the pass's wall time (under the profiler) against the time the GPU spent in kernels,
+    # and how many aten ops the host dispatched (the tiny model's 2-layer pass takes ~5,600 at 4 rows)
+    busy_ms = sum(e.self_device_time_total for e in table) / 1000
+    aten_calls = sum(e.count for e in table if e.key.startswith("aten::"))
     del policy
     torch.cuda.empty_cache()
     return {"base": base, "completion": completion, "prompt_and_completion_tokens": inputs["input_ids"].shape[1],
             "seconds_per_pass": seconds, "fixed_s": round(fixed, 3), "per_row_s": round(slope, 4),
+            "profiled_pass": {"rows": 4, "wall_ms": round(wall_ms, 1), "gpu_kernels_ms": round(busy_ms, 1),
+                              "aten_calls": aten_calls},
             "cuda_top": top("device_time_total"), "cpu_top": top("cpu_time_total"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
 
@@ -103,7 +114,8 @@ def main() -> None:
     for base in args.bases:
         result = measure(base, checkpoint, args.completion)
         (Path(args.out) / f"update_{base}_{args.completion}.json").write_text(json.dumps(result, indent=1))
-        print("RESULT", base, json.dumps({k: result[k] for k in ("seconds_per_pass", "fixed_s", "per_row_s")}),
+        print("RESULT", base, json.dumps({k: result[k] for k in ("seconds_per_pass", "fixed_s", "per_row_s",
+                                                                "profiled_pass")}),
               flush=True)
 
 
