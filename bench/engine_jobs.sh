@@ -289,6 +289,9 @@ plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the 
   python3 bench/gpu_update.py --completion 256 --out $RESULTS/s50/update > $RESULTS/update_256.log 2>&1
   side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 --generation-batch 16 --micro-batch 4
   TRL_WARMUP=1 side_by_side 8b_256 vlrl-int8 --size 8b --completion 256 --generation-batch 16 --micro-batch 4
+  # [training] pass_tokens = 6144: at 256 tokens two micro-batches of 4 a pass (8 rows), at 1,024 one (the preset as is)
+  for c in 256 1024; do python3 bench/gpu_engine.py --size 8b --completion $c --generation-batch 16 --micro-batch 4 \
+    --pass-tokens 6144 --paths vlrl-int8 --steps 1 --warmup 1 --out $RESULTS/s50/pass6144 > $RESULTS/pass6144_$c.log 2>&1; done
   side_by_side 2b_1024 vlrl --size 2b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2

@@ -110,6 +110,7 @@ def vlrl_trainer(args, policy, processor, data, out: Path):
     t.per_device_train_batch_size, t.gradient_accumulation_steps = args.micro_batch, 32 // args.micro_batch
     t.num_generations, t.generation_batch_size = 4, args.generation_batch
     t.max_completion_length, t.max_steps, t.learning_rate = args.completion, args.steps + args.warmup, 5e-6
+    t.pass_tokens = args.pass_tokens  # [training] pass_tokens: micro-batches merged into passes of this many tokens
     t.save_steps, t.logging_steps = 10_000, 1
     config.data.max_prompt_tokens = 512 if args.inputs == ["1-image"] else 1024  # a 512x512 picture: 256 tokens
     return train.build_trainer(config, policy, processor, data, out)
@@ -152,7 +153,8 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     result = {
         "path": path, "input": inputs, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
         "generation_batch": 32 if path == "trl" else args.generation_batch,
-        "micro_batch": 8 if path == "trl" else args.micro_batch, "steps": steps, "step_s": step_s,
+        "micro_batch": 8 if path == "trl" else args.micro_batch, "pass_tokens": 0 if path == "trl" else args.pass_tokens,
+        "steps": steps, "step_s": step_s,
         "generation_s": gen_s, "training_s": step_s - gen_s, "mean_completion_tokens": mean_length,
         "completion_tokens_per_s": tokens / step_s, "decode_ms_per_step": decode_ms,
         "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,
@@ -185,6 +187,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--pass-tokens", type=int, default=0, help="vlrl's [training] pass_tokens (0: a pass a micro-batch)")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--checkpoint", help="this checkpoint (e.g. a pre-quantized 4-bit one) instead of building one")
     p.add_argument("--memory-cap-gib", type=float, default=0.0,

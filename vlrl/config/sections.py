@@ -112,6 +112,11 @@ class TrainingConfig:
     # Dynamic sampling (DAPO): up to this many more draws a step for groups whose rewards are all equal (they teach
     # nothing), single-turn and episode runs alike (vlrl.training.dynamic_sampling). 0: off; the share is logged either way
     dynamic_sampling: int = 0
+    # The most tokens (rows x padded width) one training forward and backward takes: a single-turn run trains
+    # consecutive micro-batches of a generation batch that fit in it together as one pass, the same gradient in fewer
+    # passes (vlrl.training.passes); an episode run splits its segments into passes of at most this many (0: the
+    # model's max_seq_length). 0 (single-turn): TRL's micro-batches, one pass each
+    pass_tokens: int = 0
     fast_generation: bool = True  # CUDA + transformers backend: static KV cache + compiled decoding (2.8x on 8B 4-bit)
     # Generation and the training forward run different code paths (compiled static-cache decoding, 4-bit, bf16
     # against eager with gradient checkpointing), so the sampled tokens' log-probs differ between them: vlrl.training.mismatch
@@ -169,6 +174,9 @@ class EnvConfig:
     updates_per_rollout: int = 1  # optimizer steps per rollout (1: on-policy, the GSPO ratio is 1)
 
 
+# the loss types whose micro-batches `[training] pass_tokens` can merge: a sum over rows (divided by rows) or over the
+# whole batch's tokens; "bnpo" divides each micro-batch by its own tokens (vlrl.training.passes)
+PASS_LOSS_TYPES = ("grpo", "dr_grpo", "luspo", "dapo")
 ENV_SEEDS = {"eval": 0, "train": 1_000_000, "warm_start": 2_000_000}  # disjoint seed ranges (counts < 1,000,000)
 
 

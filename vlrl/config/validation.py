@@ -19,6 +19,7 @@ from vlrl.config.sections import (
     LOCAL_MODELS,
     LORA_TARGETS,
     OPTIMIZERS,
+    PASS_LOSS_TYPES,
     REWARDS,
     TRACKERS,
     WARM_START_PLAYERS,
@@ -145,6 +146,13 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             add('[training] dynamic_sampling needs the transformers backend: Unsloth patches the rollout it redraws.')
         if RECIPES.get(t.recipe, {}).get("scale_rewards") == "batch":
             add("[training] dynamic_sampling keeps each group's own advantages, which a batch-scaled recipe cannot.")
+    if t.pass_tokens < 0:
+        add(f"[training] pass_tokens = {t.pass_tokens} must be 0 (off) or the most tokens of a training pass.")
+    elif t.pass_tokens and m.backend == "unsloth":
+        add("[training] pass_tokens needs the transformers backend: Unsloth's patched trainer computes the loss itself.")
+    elif t.pass_tokens and RECIPES.get(t.recipe, {}).get("loss_type") not in (None, *PASS_LOSS_TYPES):
+        add(f"[training] pass_tokens merges micro-batches, and recipe {t.recipe!r}'s loss normalizes each micro-batch "
+            f"by its own tokens, which merging changes; set pass_tokens = 0.")
     decay = WEIGHT_DECAY if t.weight_decay == -1 else t.weight_decay
     if t.weight_decay != -1 and not 0 <= t.weight_decay < 1:
         add(f"[training] weight_decay = {t.weight_decay} must be in [0, 1), or -1 for the recipe's ({WEIGHT_DECAY}).")

@@ -32,7 +32,7 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import lengths
 from vlrl.model.loading import backend_of
-from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch, video_inputs
+from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch, passes, video_inputs
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.training.collapse import CollapseMonitor
 
@@ -105,13 +105,16 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
             settings.update(_episode_settings(config, model, processor, args, log), degeneration_monitor=monitor,
                             collapse_monitor=collapse)
         else:
-            mixins = (mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss, video_inputs.VideoInputs)
-            settings.update(watchers=(monitor, collapse, step_line), rollout_decoding=rollout_decoding(
-                config, model, processor, train_dataset, args, fast_generation))
+            mixins = (passes.MergedPasses, mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss,
+                      video_inputs.VideoInputs)
+            settings.update(pass_tokens=t.pass_tokens, watchers=(monitor, collapse, step_line),
+                            rollout_decoding=rollout_decoding(config, model, processor, train_dataset, args,
+                                                              fast_generation))
         trainer = trl_bridge.trainer_class(GRPOTrainer, mixins)(**given, settings=settings)
     else:
         refused = [f"{name} = {value!r}" for name, value in (("[env] name", config.env.name),
-                                                            ("[training] dynamic_sampling", t.dynamic_sampling))
+                                                            ("[training] dynamic_sampling", t.dynamic_sampling),
+                                                            ("[training] pass_tokens", t.pass_tokens))
                    if value]
         if train_dataset is not None and "video" in getattr(train_dataset, "column_names", ()):
             refused.append("a video column in the training data")
@@ -139,7 +142,8 @@ def _episode_settings(config: RunConfig, model, processor, args, log) -> dict:
     recorded for the mismatch metric), how many at once, and the token budget of a training forward pass."""
     play_settings = replace(episode_rollout.settings_for(config, "train"), record_logps=True)
     return {"make_env": episode_rollout.environment_for(config), "play_settings": play_settings,
-            "episodes_at_once": config.training.generation_batch_size, "pass_tokens": config.model.max_seq_length,
+            "episodes_at_once": config.training.generation_batch_size,
+            "pass_tokens": config.training.pass_tokens or config.model.max_seq_length,
             "episode_log": log,
             "rollout_decoding": episode_rollout.decoding_for(model, processor, play_settings)}  # play's one
 
