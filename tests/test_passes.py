@@ -24,6 +24,27 @@ def test_the_plan_trains_every_micro_batch_once_and_ends_on_a_real_pass(count, r
     assert got == plan and sum(got) == count and got[-1] > 0
 
 
+def test_a_pass_drops_the_completion_columns_every_row_pads():
+    """Rows ending after 3 and 5 of 8 completion columns: 5 kept, in every per-token field (the token types over prompt
+    and completion too); the pictures, advantages and a (B, 1) field as they were. A per-token field it does not know
+    keeps the batch whole; a batch whose completions are all masked keeps one column."""
+    batch = _micro_batch(2, [1, 1], 0)
+    batch["completion_ids"] = torch.arange(16).view(2, 8)
+    batch["completion_mask"] = torch.tensor([[1, 1, 1, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+    batch["old_per_token_logps"] = torch.randn(2, 8)
+    batch["importance_sampling_ratio"] = torch.ones(2, 1)
+    batch["mm_token_type_ids"] = torch.arange(26).view(2, 13)  # 5 prompt columns + 8
+    out = passes.trimmed(batch)
+    assert out["completion_ids"].tolist() == [[0, 1, 2, 3, 4], [8, 9, 10, 11, 12]]
+    assert out["old_per_token_logps"].shape == (2, 5) and out["mm_token_type_ids"].tolist() == [
+        list(range(10)), list(range(13, 23))]
+    for key in ("prompt_ids", "pixel_values", "advantages", "image_grid_thw", "importance_sampling_ratio"):
+        assert out[key] is batch[key], key
+    assert passes.trimmed({**batch, "per_token_thing": torch.zeros(2, 8)})["completion_ids"].size(1) == 8
+    silent = passes.trimmed({**batch, "completion_mask": torch.zeros(2, 8)})
+    assert silent["completion_ids"].size(1) == 1
+
+
 def _micro_batch(rows: int, images: list[int], seed: int) -> dict:
     """A micro-batch in TRL's form: prompt and completion fields, one flat pixel tensor over each row's pictures."""
     g = torch.Generator().manual_seed(seed)
@@ -81,12 +102,13 @@ def _trained_delta(tmp_path, recipe: str, pass_tokens: int, overrides: tuple = (
         return out, None
 
     trainer.generate_rollouts = generate
-    forwards = []
+    forwards = []  # each scoring forward's width (prompt + completion columns)
     score = trainer.token_logps
-    trainer.token_logps = lambda *args, **kwargs: forwards.append(1) or score(*args, **kwargs)
+    trainer.token_logps = lambda model, ids, *args, **kwargs: forwards.append(ids.size(1)) or score(model, ids, *args,
+                                                                                                     **kwargs)
     before = {n: p.detach().clone() for n, p in policy.named_parameters() if p.requires_grad}
     trainer.train()
-    return {n: p.detach() - before[n] for n, p in policy.named_parameters() if p.requires_grad}, len(forwards)
+    return {n: p.detach() - before[n] for n, p in policy.named_parameters() if p.requires_grad}, forwards
 
 
 @pytest.mark.slow
@@ -101,7 +123,19 @@ def _trained_delta(tmp_path, recipe: str, pass_tokens: int, overrides: tuple = (
 def test_merged_passes_move_the_weights_as_the_micro_batches_do(tiny_dir, tmp_path, recipe, overrides, forwards):
     apart, forwards_apart = _trained_delta(tmp_path, recipe, 0, overrides)
     merged, forwards_merged = _trained_delta(tmp_path, recipe, 10**6, overrides)
-    assert (forwards_apart, forwards_merged) == forwards
+    assert (len(forwards_apart), len(forwards_merged)) == forwards
     assert sum(d.abs().sum() for d in apart.values()) > 0  # the step moved the weights
     for name, delta in apart.items():
         torch.testing.assert_close(merged[name], delta, rtol=1e-4, atol=1e-7, msg=name)
+
+
+@pytest.mark.slow
+def test_passes_without_trailing_padding_move_the_weights_as_whole_ones(tiny_dir, tmp_path, monkeypatch):
+    """The canned answers differ in length, so passes of two rows are narrower than the generation batch's padding:
+    the same weights after a step as with every pass at the whole width."""
+    trimmed, trimmed_widths = _trained_delta(tmp_path / "trimmed", "gspo", 0)
+    monkeypatch.setattr(passes, "trimmed", lambda batch: batch)
+    whole, whole_widths = _trained_delta(tmp_path / "whole", "gspo", 0)
+    assert len(set(whole_widths)) == 1 and min(trimmed_widths) < whole_widths[0]  # some pass was narrower
+    for name, delta in whole.items():
+        torch.testing.assert_close(trimmed[name], delta, rtol=1e-4, atol=1e-7, msg=name)

@@ -11,6 +11,11 @@ batch's tokens, so 1). Only micro-batches of one optimizer step's accumulation w
 TRL's number of micro-steps: the ones left over come first and compute nothing, so the window's last micro-step,
 where DDP synchronizes gradients, is always a real pass. 0: off.
 
+Every pass, merged or not, also drops the completion columns that are padding in all of its rows (`trimmed`): TRL
+pads each micro-batch to the longest completion of the whole generation batch, so a pass of short answers computed
+the longest one's width. The same loss, fewer tokens where completions end early (a real model's; random weights
+run every completion to its limit).
+
     >>> merge_plan(4, rows=4, width=700, budget=6000)   # 2 micro-batches of 2,800 tokens fit in 6,000
     [0, 0, 2, 2]
     >>> merge_plan(4, rows=4, width=1500, budget=6000)  # one does: nothing merges
@@ -23,6 +28,7 @@ import torch
 
 from vlrl.base.errors import ConfigError
 from vlrl.config.sections import PASS_LOSS_TYPES
+from vlrl.training import dynamic_sampling
 
 EMPTY = "vlrl_empty_pass"  # a micro-step whose rows another micro-step's pass trained
 ROW_REDUCTIONS = ("grpo", "dr_grpo", "luspo")  # divide by the pass's rows; "dapo" by the whole batch's tokens
@@ -52,10 +58,29 @@ def concatenated(batches: list[dict]) -> dict:
     return out
 
 
+def trimmed(batch: dict) -> dict:
+    """`batch` without the completion columns that are padding in every one of its rows: TRL pads every micro-batch
+    to the longest completion of the whole generation batch, and a pass computes each column. Only trailing columns go,
+    so every kept token sees what it saw (the model is causal) and the loss is the same (its divisors count masked
+    tokens or the constant max_completion_length). A batch with a per-token field this does not know stays whole."""
+    completion = batch["completion_ids"].size(1)
+    used = batch["completion_mask"].any(0).nonzero()
+    keep = int(used[-1]) + 1 if len(used) else 1
+    known = {*dynamic_sampling.LEFT, *dynamic_sampling.RIGHT, *dynamic_sampling.SPANNING, *dynamic_sampling.ROWS}
+    per_token = {k for k, v in batch.items() if isinstance(v, torch.Tensor) and v.dim() > 1 and v.size(1) > 1}
+    if keep == completion or per_token - known:
+        return batch
+    out = dict(batch)
+    for key in per_token & {*dynamic_sampling.RIGHT, *dynamic_sampling.SPANNING}:
+        cut = keep if key in dynamic_sampling.RIGHT else batch[key].size(1) - completion + keep
+        out[key] = batch[key][:, :cut]
+    return out
+
+
 class MergedPasses:
     """Mixed into vlrl's single-turn trainer, outermost: `step_inputs` hands each micro-step its pass (merged rows,
-    with their `pass_weight`) or an empty marker, and `policy_loss` of a marker is a zero loss with nothing to
-    compute. `pass_tokens` is the setting (0: TRL's micro-batches as they are)."""
+    with their `pass_weight`, or TRL's micro-batch as it is when `pass_tokens` is 0) without its trailing padding
+    (`trimmed`), or an empty marker, and `policy_loss` of a marker is a zero loss with nothing to compute."""
 
     pass_tokens = 0
     _passes: list[dict] | None = None
@@ -70,15 +95,17 @@ class MergedPasses:
 
     def step_inputs(self, generation_batch):
         inputs = super().step_inputs(generation_batch)
-        if not self.pass_tokens or not self.model.training or self.buffered_batches is None:
+        if not self.model.training or self.buffered_batches is None:
             return inputs
-        index = self.micro_step % self.args.steps_per_generation  # TRL's: which buffered micro-batch trains now
-        offset = (self.micro_step - index) % self.current_gradient_accumulation_steps  # where the buffer starts
-        made_of = self._passes_of or (None, None)
-        if made_of[0] is not self.buffered_batches or made_of[1] != offset:  # a new buffer, or a new place in a window
-            self._passes = self._merged(self.buffered_batches, offset)
-            self._passes_of = (self.buffered_batches, offset)
-        return self._passes[index]
+        if self.pass_tokens:
+            index = self.micro_step % self.args.steps_per_generation  # TRL's: which buffered micro-batch trains now
+            offset = (self.micro_step - index) % self.current_gradient_accumulation_steps  # where the buffer starts
+            made_of = self._passes_of or (None, None)
+            if made_of[0] is not self.buffered_batches or made_of[1] != offset:  # a new buffer, or a new window place
+                self._passes = self._merged(self.buffered_batches, offset)
+                self._passes_of = (self.buffered_batches, offset)
+            inputs = self._passes[index]
+        return inputs if inputs.get(EMPTY) else trimmed(inputs)
 
     def _merged(self, batches: list[dict], offset: int) -> list[dict]:
         """One entry a buffered micro-batch: its micro-step's pass, or the empty marker. Micro-batches merge only
