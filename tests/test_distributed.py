@@ -34,14 +34,15 @@ ONE_VS_TWO_TOLERANCE = 1e-6
 RESUME_TOLERANCE = 1e-6  # as tests/test_train.py: bit-identical measured, margin for other BLAS builds
 
 
-def launch(*args: str, output: Path) -> subprocess.Popen:
-    """`accelerate launch` of 2 processes on CPU with the shipped DDP config (one thread each: 2 cores)."""
+def launch(*args: str, output: Path, env: dict | None = None) -> subprocess.Popen:
+    """`accelerate launch` of 2 processes on CPU with the shipped DDP config (one thread each: 2 cores), with `env`
+    added to this process's environment."""
     with socket.socket() as s:  # a free port for the processes to meet on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     # PYTHONFAULTHANDLER: a process that dies of a signal (SIGABRT, SIGSEGV) prints the Python stack of each thread
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "PYTHONFAULTHANDLER": "1"}
+           "PYTHONFAULTHANDLER": "1", **(env or {})}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(distributed.accelerate_config("ddp")), "--num_processes", "2", "--main_process_port", str(port),
                *args]
@@ -170,6 +171,26 @@ def test_two_processes_match_one_process_and_resume_to_the_same_adapter(two_proc
             for d in (two_process_run, resumed)]
     assert [r["step"] for r in logs[1] if "reward" in r] == [1, 2]  # cut back to checkpoint-1, then step 2 once
     assert [r["loss"] for r in logs[1] if "reward" in r] == pytest.approx([r["loss"] for r in logs[0] if "reward" in r])
+
+
+@pytest.mark.slow
+def test_merged_passes_in_two_processes_match_one_process(tiny_dir, tmp_path):
+    """`[training] pass_tokens` under DDP: each process's two micro-batches of 2 trained as one pass, the first
+    micro-step of each optimizer step empty (DDP's gradient all-reduce comes on the last, a real pass). Both processes
+    end with the same LoRA weights, and those of one process over the whole batch one micro-batch at a time."""
+    import two_process_worker
+
+    out = tmp_path / "two"
+    out.mkdir()
+    merged = "training.gradient_accumulation_steps=2;training.pass_tokens=1000000"
+    finish(launch(str(ROOT / "tests" / "two_process_worker.py"), str(out), "2", "2", output=tmp_path / "log",
+                  env={"VLRL_WORKER_OVERRIDES": merged}), tmp_path / "log")
+    rank0, rank1 = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))
+    assert rank0.keys() == rank1.keys() and all(torch.equal(rank0[k], rank1[k]) for k in rank0)
+    assert all(torch.count_nonzero(v) for k, v in rank0.items() if "lora_B" in k), "the steps did not train"
+    one, _ = two_process_worker.train_steps(tmp_path / "one", per_device=8, steps=2)
+    difference = max((one[k] - rank0[k]).abs().max().item() for k in one)
+    assert difference <= ONE_VS_TWO_TOLERANCE, difference
 
 
 @pytest.mark.slow

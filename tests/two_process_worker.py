@@ -4,7 +4,7 @@ then, when given a run directory, `vlrl train --resume` of it in the same proces
 imports of a launch cost more than its steps).
 
     accelerate launch --config_file vlrl/accelerate_configs/ddp.yaml tests/two_process_worker.py OUT PER_DEVICE STEPS \
-        [RUN_DIR_TO_RESUME]
+        [RUN_DIR_TO_RESUME]        # VLRL_WORKER_OVERRIDES="training.a=1;training.b=2": more settings
 
 Each process writes OUT/rank<k>.safetensors (its LoRA weights after the steps) and OUT/rank<k>.json (the prompts it
 generated for). Why fixed: TRL seeds every process differently (`set_seed(seed, device_specific=True)`), so sampled
@@ -16,6 +16,7 @@ format, so a group's rewards differ and its advantages are not zero); everything
 from __future__ import annotations
 
 import json
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -49,15 +50,15 @@ def fixed_rollouts(trainer, processor, seen: list) -> None:
     trainer.generate_rollouts = generate
 
 
-def train_steps(run_dir: str | Path, per_device: int, steps: int) -> tuple[dict, list]:
-    """`steps` GSPO steps of the tiny preset (per-device batch `per_device`, 4 generations) over fixed rollouts;
-    returns (LoRA weights by name, the crc32 of each prompt this process generated for)."""
+def train_steps(run_dir: str | Path, per_device: int, steps: int, overrides: tuple = ()) -> tuple[dict, list]:
+    """`steps` GSPO steps of the tiny preset (per-device batch `per_device`, 4 generations, and `overrides`) over
+    fixed rollouts; returns (LoRA weights by name, the crc32 of each prompt this process generated for)."""
     from vlrl import run
     from vlrl.config import runfile as cfg
     from vlrl.training import train
 
     config = cfg.preset("tiny", overrides=[f"training.per_device_train_batch_size={per_device}",
-                                           f"training.max_steps={steps}", "training.save_steps=1000"])
+                                           f"training.max_steps={steps}", "training.save_steps=1000", *overrides])
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     policy, processor = run.load_policy(config, log=lambda *_: None)
     train_ds, _ = run.prepare(config, processor, log=lambda *_: None)
@@ -75,7 +76,8 @@ if __name__ == "__main__":
     from vlrl.cli import main
 
     out, per_device, steps = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-    weights, seen = train_steps(out / "run", per_device, steps)
+    overrides = tuple(filter(None, os.environ.get("VLRL_WORKER_OVERRIDES", "").split(";")))  # e.g. a=1;b=2
+    weights, seen = train_steps(out / "run", per_device, steps, overrides)
     save_file(weights, str(out / f"rank{distributed.rank()}.safetensors"))
     (out / f"rank{distributed.rank()}.json").write_text(json.dumps(seen))
     if len(sys.argv) > 4:
