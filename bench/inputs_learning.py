@@ -8,6 +8,7 @@ with the paired test and the one-picture baseline, its before/after records comm
     python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
     # bench/learning/video.toml the same way, with --images still (one frame held) and _still in the output names:
     #   python bench/inputs_learning.py video $R [RUN_DIR...]
+    python bench/inputs_learning.py archive two-images two-images-compare COMMIT   # an entry kept, its records in git
     python bench/inputs_learning.py gpu ALONE_DIR EXPANDABLE_DIR   # the GPU table: bench/gpu_engine.py --inputs results
     python bench/inputs_learning.py gpu-capped bench/results/capped_runs.json 4641   # each row under a hard cap
 
@@ -344,6 +345,20 @@ CAPPED_COMMAND = ("python bench/gpu_engine.py --size 8b --checkpoint CKPT --comp
                   "--inputs 16-frames 2-images --steps 1 --memory-cap-gib 22")
 
 
+def archive_main(task: str, name: str, commit: str) -> None:
+    """Keeps `task`'s entry as `name`, its records read back with `git show <commit>:<path>` (the commit that holds
+    them), before a new run file's records replace the files under bench/results/inputs/<task>/."""
+    results = json.loads(RESULTS.read_text())
+    for entry in results["learning"]:
+        if entry["task"] == task:
+            entry["task"] = name
+            for side in (entry, entry.get("one_picture", {})):
+                for key in ("before_records", "after_records"):
+                    if key in side and not side[key].startswith("git show"):
+                        side[key] = f"git show {commit}:{side[key]}"
+    save(results)
+
+
 def gpu_main(alone: str, expandable: str) -> None:
     results = json.loads(RESULTS.read_text())
     results["gpu"] = gpu_rows(Path(alone), Path(expandable))
@@ -366,6 +381,6 @@ def gpu_capped_main(capped_runs: str = "bench/results/capped_runs.json", engine_
 
 
 if __name__ == "__main__":
-    commands = {"gpu": gpu_main, "gpu-capped": gpu_capped_main}
+    commands = {"gpu": gpu_main, "gpu-capped": gpu_capped_main, "archive": archive_main}
     command = commands.get(sys.argv[1] if len(sys.argv) > 1 else "")
     (command or main)(*sys.argv[1 + bool(command):])

@@ -51,7 +51,8 @@ def settings(config: RunConfig) -> dict:
     return {"size": size, "family": LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"), "seed": d.seed,
             "steps": m.warm_start_steps,
             "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
-            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS), "player": m.warm_start_player}
+            "difficulty": m.warm_start_difficulty or d.difficulty,
+            "tasks": tuple(m.warm_start_tasks or d.tasks or synthetic.TASKS), "player": m.warm_start_player}
 
 
 def generated_items(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
@@ -157,6 +158,10 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         key["difficulty"] = difficulty
     if tasks and tuple(tasks) != synthetic.TASKS:
         key["tasks"] = list(tasks)
+    generators = {task: synthetic.GENERATOR_VERSIONS[task] for task in tasks or synthetic.TASKS
+                  if synthetic.GENERATOR_VERSIONS.get(task, 1) != 1}
+    if generators and episodes is None:  # version 1 everywhere keeps the key as it was (synthetic.GENERATOR_VERSIONS)
+        key["generators"] = generators
     if episodes is not None:
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
