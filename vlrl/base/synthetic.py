@@ -38,10 +38,7 @@ VIDEO_TASKS = ("shape_motion", "block_motion")
 KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS + VIDEO_TASKS
 MOTION_FPS = 4  # the clips' frame rate: MOTION_FRAMES frames are 2 seconds
 MOTION_FRAMES = 8
-# A task's generator version, raised whenever what it draws for a seed changes: it enters the warm-start cache key
-# (vlrl.training.warmstart), so a changed generator builds a fresh warm start instead of reusing one trained on the old
-# items. A task not named here is at version 1, which the key leaves out (the warm starts cached before it stay valid)
-GENERATOR_VERSIONS: dict[str, int] = {}
+GENERATOR_VERSIONS: dict[str, int] = {}  # raise a task's when its draws change: past 1 (absent), in the warm-start key
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 
