@@ -8,6 +8,7 @@ with the paired test and the one-picture baseline, its before/after records comm
     python bench/inputs_learning.py two-images $R [RUN_DIR...]   # RUN_DIRs: the same run file at other training seeds
     # bench/learning/video.toml the same way, with --images still (one frame held) and _still in the output names:
     #   python bench/inputs_learning.py video $R [RUN_DIR...]
+    python bench/inputs_learning.py archive two-images two-images-compare COMMIT   # an entry kept, its records in git
     python bench/inputs_learning.py gpu ALONE_DIR EXPANDABLE_DIR   # the GPU table: bench/gpu_engine.py --inputs results
     python bench/inputs_learning.py gpu-capped bench/results/capped_runs.json 4641   # each row under a hard cap
 
@@ -31,14 +32,27 @@ SIDES = ("before", "after", "base_first", "adapter_first", "base_still", "adapte
 ONE = {"first": "the first picture alone", "still": "one frame of the clip"}  # `vlrl eval --images MODE`
 
 
-READING = """How to read it. `two-images` is `bench/learning/two-images.toml` as shipped (two_chart_compare: two
-one-bar charts, "which shows the larger value, 1 or 2"; the tiny model's 450-step warm start, then 120 GSPO steps of
-2 prompts x 8 samples at temperature 1, a LoRA on the output layer trained by SGD at 2.0), measured on its sampled
-evals: 8 seeded draws per held-out item at temperature 1, the same draws' seeds before and after. Its one-picture
-column is the same sampled eval with each item's second chart blanked (`vlrl eval --images first --samples 8`).
-The `two-images-warmN` rows are the earlier run file (60 steps of AdamW at 1e-3 on a LoRA over the layers), measured
-greedy, at warm starts of 150 (`--set model.warm_start_steps=150 --set model.warm_start_items=512`), 300 and 600
-steps: below 600 the model answers "2" to every item greedy, at 600 it reads both charts (98%) and nothing is left.
+READING = """How to read it. `two-images` is `bench/learning/two-images.toml` as shipped, a curriculum: two_chart_close
+at difficulty 2 (two one-bar charts whose values are exactly 2 of 9 apart, "which shows the larger value, 1 or 2"; one
+chart alone is right at most 9/14 = 64.3% of the time, `synthetic.close_ceiling(2)`), from a 600-step warm start on
+two_chart_compare at difficulty 1 (bars 3 to 8 apart: `[model] warm_start_tasks`, `warm_start_difficulty`), then 200
+GSPO steps of 2 prompts x 8 samples at temperature 1, a LoRA on the output layer trained by SGD at 2.0; 600 held-out
+items (none showing a warm-start picture), measured on its sampled evals: 8 seeded draws per item at temperature 1,
+the same draws' seeds before and after. Its one-picture column is the same sampled eval with each item's second chart
+blanked (`vlrl eval --images first --samples 8`): the trained policy's first draw is right on 84.8% of the items with
+both charts and 52.8% with one (pass@1 84.2% against 53.8%; 215 / 23 items, McNemar p = 3.0e-40), under the ceiling
+of 64.3%. Training seed 1 alike: 83.5% with both, 57.0% with one (pass@1 83.0% against 57.8%; 208 / 49, p =
+1.7e-24); the base_first records are the same for both seeds (one warm start, the same items and draws). Part of
+the gain is the format: 9.3% of the warm start's first draws were malformed, 2.3% after. Tried before, at 120 GSPO
+steps: 100 held-out items, 74% -> 84% (12 / 2, p = 0.013); 200 items, seeds 0 and 1, 80.5% -> 84.0% and 85.5% (14 /
+7, p = 0.19; 16 / 6, p = 0.053), pass@1 73.2% -> 82.1% and 82.8% (p < 1e-13): the first draw of 200 items was too
+few for a gain of 4-5 points, so the run file holds out 600 and trains 200 steps.
+A warm start on two_chart_close itself did not learn to read the pairs (below); two_chart_compare's did.
+`two-images-compare` is the earlier run file (two_chart_compare alone, a 450-step warm start, 120 steps, 100 held-out
+items): a significant gain that did not need the second picture (below). The `two-images-warmN` rows are the run file
+before it (60 steps of AdamW at 1e-3 on a LoRA over the layers), measured greedy, at warm starts of 150
+(`--set model.warm_start_steps=150 --set model.warm_start_items=512`), 300 and 600 steps: below 600 the model answers
+"2" to every item greedy, at 600 it reads both charts (98%) and nothing is left.
 
 `video` is `bench/learning/video.toml` as shipped (block_motion: 8 frames of 128 px at 4 fps, a black square a third of
 the frame's side moving left or right by half the width, wrapping round the edge from a uniform start, so where it is
@@ -54,8 +68,8 @@ draws barely do (pass@1 42.4%; share of "1" 42% on gold-1 clips, 36% on gold-2; 
 sharpens the draws onto the reading. An earlier form of the task (no wrap: the square's start on the side it leaves,
 so the first frame alone told the way) was read as fully at 600 steps.
 
-What the video row shows that no two-picture task has yet: the tiny model compares two pictures in a clip and not
-across two images. Tried for two pictures this session, each with the two-images recipe, none read by its warm start
+Warm starts on the two-picture tasks themselves: the tiny model compared two pictures in a clip before it did across
+two images. Tried, each with the two-images recipe, none read by its own warm start
 (greedy, every held-out item gets one answer; sampled, the answers do not depend on the gold one): `two_chart_close`
 (two one-bar charts, the values exactly a gap apart, so one chart alone is right at most
 `synthetic.close_ceiling` of the time: 9/14 with a gap of 2, 3/4 with 3) at 600 warm steps with a gap of 2 (greedy
@@ -66,23 +80,15 @@ width, one picture alone exactly a coin flip) at 300 (greedy 50%, "2" for 67% of
 loss 0.086) and 600 steps (greedy 51%, "2" everywhere; loss 0.083). Qwen3-VL's patch embedding takes two frames at
 once (temporal patch size 2: a picture is two copies of itself), so a clip's motion between frames shows inside one
 patch, where two pictures meet only in the language model's attention: the likely reason, not measured.
-Closest so far, a curriculum: two_chart_close with a gap of 2 (one chart alone at most 64.3%) trained from
-two_chart_compare's 600-step warm start, which reads the close pairs already (greedy 89%; sampled first draw 74%,
-pass@1 72.9%). 120 GSPO steps as shipped: first draw 74% -> 84% (12 / 2, McNemar p = 0.013: short of 0.01), pass@1
-72.9% -> 80.0% (permutation p = 3.7e-6), greedy 89% -> 85%; with the second chart blanked the trained policy gets 62%
-(pass@1 58.0%; the warm start 61%, 54.5%), at the ceiling, against 84% with both (29 / 7, p = 3.1e-4): the gain
-needs both pictures, but is not yet p < 0.01 (records not committed). A run file cannot say it yet: the warm start
-trains on [data] tasks, and this one needs another task's (`--set model.name_or_path=<cache>/tiny-qwen3-vl-warm-<key>`
-of `bench/learning/two-images.toml --set model.warm_start_steps=600`, `--set model.warm_start_items=0 --set
-"data.tasks=['two_chart_close']" --set data.difficulty=2`). Commands:
-`vlrl run --config bench/learning/two-images.toml --set "data.tasks=['two_chart_close']" --set data.difficulty=2`
-(gap 2; difficulty 1 is gap 3) `--set model.warm_start_steps=600`, and `--set "data.tasks=['square_shift']" --set
-data.image_size=128 --set data.max_prompt_tokens=200 --set model.warm_start_steps=300` (or 600).
+Two pictures are read through a curriculum instead (the `two-images` row): two_chart_compare's 600-step warm start
+reads the close pairs already (greedy 87.3% on the 600 held-out items; first draw 69.0%, pass@1 71.8%; 51.3% with one
+chart), and GSPO sharpens the draws onto that reading.
 
-What the two-images row does not show: that the gain needs both pictures. With the second chart blanked the trained
-policy scores 64.0% on the first draw (pass@1 68.9%), against 67.0% (70.0%) with both (6 / 3 items, p = 0.51), and
-the one-chart gain is nearly as large as the two-chart one (48.0% -> 64.0%, pass@1 52.8% -> 68.9%). The task leaks its answer through one chart: at difficulty 1 the two bars are at
-least 3 of 9 apart, so a first bar of 1-3 is always the smaller and one of 7-9 always the larger, and the first chart
+What the two-images-compare row does not show: that the gain needs both pictures. With the second chart blanked the
+trained policy scores 64.0% on the first draw (pass@1 68.9%), against 67.0% (70.0%) with both (6 / 3 items, p =
+0.51), and the one-chart gain is nearly as large as the two-chart one (48.0% -> 64.0%, pass@1 52.8% -> 68.9%). The
+task leaks its answer through one chart: at difficulty 1 the two bars are at least 3 of 9 apart, so a first bar of
+1-3 is always the smaller and one of 7-9 always the larger, and the first chart
 alone can reach 88.9% (the best guess from its value). The warm600 row says the same (76% with one chart). So this
 run file shows GSPO learning on two-picture inputs, end to end, but not issue 48's "cannot be solved from one
 image": that needs a task whose one chart says nothing, such as "are the two bars the same height?" with the same
@@ -344,6 +350,20 @@ CAPPED_COMMAND = ("python bench/gpu_engine.py --size 8b --checkpoint CKPT --comp
                   "--inputs 16-frames 2-images --steps 1 --memory-cap-gib 22")
 
 
+def archive_main(task: str, name: str, commit: str) -> None:
+    """Keeps `task`'s entry as `name`, its records read back with `git show <commit>:<path>` (the commit that holds
+    them), before a new run file's records replace the files under bench/results/inputs/<task>/."""
+    results = json.loads(RESULTS.read_text())
+    for entry in results["learning"]:
+        if entry["task"] == task:
+            entry["task"] = name
+            for side in (entry, entry.get("one_picture", {})):
+                for key in ("before_records", "after_records"):
+                    if key in side and not side[key].startswith("git show"):
+                        side[key] = f"git show {commit}:{side[key]}"
+    save(results)
+
+
 def gpu_main(alone: str, expandable: str) -> None:
     results = json.loads(RESULTS.read_text())
     results["gpu"] = gpu_rows(Path(alone), Path(expandable))
@@ -366,6 +386,6 @@ def gpu_capped_main(capped_runs: str = "bench/results/capped_runs.json", engine_
 
 
 if __name__ == "__main__":
-    commands = {"gpu": gpu_main, "gpu-capped": gpu_capped_main}
+    commands = {"gpu": gpu_main, "gpu-capped": gpu_capped_main, "archive": archive_main}
     command = commands.get(sys.argv[1] if len(sys.argv) > 1 else "")
     (command or main)(*sys.argv[1 + bool(command):])

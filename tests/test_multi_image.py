@@ -15,6 +15,7 @@ from PIL import Image
 from vlrl import data
 from vlrl.base import synthetic
 from vlrl.base.errors import ConfigError, DataError
+from vlrl.base.images import image_hash
 from vlrl.cli import main
 from vlrl.config import runfile as cfg
 from vlrl.config.runfile import DataConfig
@@ -137,9 +138,72 @@ def test_one_chart_of_a_close_pair_is_right_at_most_its_ceiling(difficulty):
 
 def test_the_two_images_run_file_validates_and_names_two_pictures():
     config = cfg.load(TWO_IMAGES)
-    assert (config.data.max_images, config.data.tasks) == (2, ["two_chart_compare"])
+    assert (config.data.max_images, config.data.tasks, config.data.difficulty) == (2, ["two_chart_close"], 2)
+    # the curriculum: a warm start on the wider pairs, whose cache key is the one the run used before the setting
+    assert (config.model.warm_start_tasks, config.model.warm_start_difficulty) == (["two_chart_compare"], 1)
     rows, report = data.load_rows(DataConfig(**{**config.data.__dict__, "num_items": 6}), return_report=True)
     assert all(len(prompts.row_images(row)) == 2 for row in rows) and report.images_dropped == 0
+
+
+# --- a warm start on other tasks than the run's (a curriculum) ----------------------------------------------------
+
+def test_the_warm_start_tasks_and_difficulty_are_validated_in_one_line_each():
+    def run_file(model=None, **data_keys):
+        return cfg.from_dict({"model": {"warm_start_steps": 5, **(model or {})}, "data": data_keys})
+
+    run_file({"warm_start_tasks": ["two_chart_compare"], "warm_start_difficulty": 1}, tasks=["two_chart_close"])
+    refusals = [({"warm_start_tasks": ["two_chart_compar"]}, "warm_start_tasks names 'two_chart_compar'.*Did you mean"),
+                ({"warm_start_difficulty": 4}, r"warm_start_difficulty = 4 must be 1, 2 or 3 \(0: the run's"),
+                ({"warm_start_tasks": ["count"], "warm_start_steps": 0}, "warm_start_tasks needs a warm start"),
+                ({"warm_start_difficulty": 2, "name_or_path": "org/model", "warm_start_steps": 0},
+                 "warm_start_difficulty = 2 only applies to those: for another checkpoint set warm_start_difficulty = 0")]
+    for model, words in refusals:
+        with pytest.raises(ConfigError, match=words) as refused:
+            run_file(model)
+        assert len(refused.value.problems) == 1, refused.value.problems  # one problem, one line
+    with pytest.raises(ConfigError, match=r"warm_start_tasks sets the generated items.*leave warm_start_tasks out"):
+        cfg.from_dict({"model": {"warm_start_steps": 5, "warm_start_tasks": ["count"]}, "env": {"name": "grid"}})
+
+
+def _curriculum_and_own_tasks():
+    """The two-images run file with a small warm start: as shipped (a curriculum), and on the run's own tasks."""
+    def run_file(*overrides):
+        return cfg.load(TWO_IMAGES, overrides=["model.warm_start_steps=1", "model.warm_start_items=16",
+                                               "data.num_items=24", "data.hold_out=6", *overrides])
+
+    return run_file(), run_file("model.warm_start_tasks=[]", "model.warm_start_difficulty=0")
+
+
+def test_a_warm_start_of_other_tasks_trains_on_them_and_keeps_their_pictures_out_of_the_held_out_set():
+    from vlrl.training import warmstart
+
+    curriculum, own = _curriculum_and_own_tasks()
+    warm = warmstart.items(curriculum)
+    assert {(i["metadata"]["task"], i["metadata"]["difficulty"]) for i in warm} == {("two_chart_compare", 1)}
+    assert {(i["metadata"]["task"], i["metadata"]["difficulty"]) for i in warmstart.items(own)} == {
+        ("two_chart_close", 2)}
+    pictures = {image_hash(p) for item in warm for p in prompts.row_images(item)}
+    assert warmstart.held_out_exclusions(curriculum) == pictures != warmstart.held_out_exclusions(own)
+    assert warmstart.items(curriculum, exclude_held_out=True)  # `vlrl sft`'s items: the same tasks
+
+
+@pytest.mark.slow
+def test_a_warm_start_of_other_tasks_is_its_own_cached_model(tiny_base_dir, tmp_path, monkeypatch):
+    """[model] warm_start_tasks / warm_start_difficulty enter the warm start's cache key, as a generator's version
+    does; a run file that leaves them out keeps the key it had (the cached warm starts stay valid)."""
+    from vlrl.training import warmstart
+
+    curriculum, own = _curriculum_and_own_tasks()
+    monkeypatch.setenv("VLRL_CACHE", str(tmp_path))
+    (tmp_path / tiny_base_dir.name).symlink_to(tiny_base_dir)  # the random model, as built; only the warm start is new
+    built = {Path(warmstart.model_path(config, log=lambda _: None)) for config in (curriculum, own)}
+    assert len(built) == 2  # two keys, two real one-step warm starts
+    keys = [json.loads((path / "warm_start.json").read_text()) for path in built]
+    assert sorted((k["tasks"], k.get("difficulty", 1)) for k in keys) == [(["two_chart_close"], 2),
+                                                                           (["two_chart_compare"], 1)]
+    assert all("generators" not in k for k in keys)  # every generator at version 1: the key as it was before it
+    monkeypatch.setitem(synthetic.GENERATOR_VERSIONS, "two_chart_compare", 2)  # a changed generator: a new warm start
+    assert Path(warmstart.model_path(curriculum, log=lambda _: None)) not in built
 
 
 # --- bad input: one line, or a counted skip -------------------------------------------------------------------------

@@ -38,6 +38,7 @@ VIDEO_TASKS = ("shape_motion", "block_motion")
 KNOWN_TASKS = ALL_TASKS + MULTI_IMAGE_TASKS + VIDEO_TASKS
 MOTION_FPS = 4  # the clips' frame rate: MOTION_FRAMES frames are 2 seconds
 MOTION_FRAMES = 8
+GENERATOR_VERSIONS: dict[str, int] = {}  # raise a task's when its draws change: past 1 (absent), in the warm-start key
 COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75)]
 LABELS = "ABCDEF"
 

@@ -31,6 +31,10 @@ class ModelConfig:
     decode_format: str = "auto"
     warm_start_steps: int = 0  # tiny / tiny-small only: supervised steps that teach the answer format before RL
     warm_start_items: int = 0  # tiny / tiny-small only: generated items the warm start draws from (0: 512 / 4096)
+    # The generated tasks and difficulty the warm start trains on (empty / 0: the run's [data] tasks and difficulty):
+    # a curriculum, e.g. a warm start on two_chart_compare at difficulty 1 before GSPO on two_chart_close at 2
+    warm_start_tasks: list[str] = field(default_factory=list)
+    warm_start_difficulty: int = 0
     # An episode run's warm start plays its environment with this player (WARM_START_PLAYERS): "random", uniformly
     # drawn actions (valid, blind); "scripted", Crafter's scripted player (vlrl.envs.crafter_player: wood, a table,
     # a wood pickaxe, water; deliberately imperfect), whose turns teach a policy that can act

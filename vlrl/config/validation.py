@@ -107,14 +107,16 @@ def problems_of(config: RunConfig, *, num_processes: int | None = None) -> list[
             "(docs/multi-gpu.md).")
     if not 0 <= m.lora_dropout < 1:
         add(f"[model] lora_dropout = {m.lora_dropout} must be in [0, 1); 0 is the recipe's value.")
-    for key in ("warm_start_steps", "warm_start_items"):
+    for key in ("warm_start_steps", "warm_start_items", "warm_start_tasks", "warm_start_difficulty"):
         if getattr(m, key) and m.name_or_path not in LOCAL_MODELS:
             # the model first: a mistyped name (--set model.name_or_path=tinyy on a preset with a warm start) is
             # more likely than a warm start asked for a checkpoint
+            off = "[]" if key == "warm_start_tasks" else "0"
             add(f"[model] name_or_path = {m.name_or_path!r} is not a model vlrl builds ({', '.join(LOCAL_MODELS)}),"
-                f" and {key} = {getattr(m, key)} only applies to those: for another checkpoint set {key} = 0 "
+                f" and {key} = {getattr(m, key)} only applies to those: for another checkpoint set {key} = {off} "
                 f"(`vlrl sft` warm-starts one first if it needs it).{did_you_mean(m.name_or_path, LOCAL_MODELS)}")
             break
+    problems += _warm_start_item_problems(config)
     if m.warm_start_player not in WARM_START_PLAYERS:
         add(f"[model] warm_start_player = {m.warm_start_player!r} is unknown; choose one of "
             f"{', '.join(WARM_START_PLAYERS)}.{did_you_mean(m.warm_start_player, WARM_START_PLAYERS)}")
@@ -337,6 +339,27 @@ def _env_problems(config: RunConfig) -> list[str]:
     if config.training.max_completion_length + 64 > config.model.max_seq_length:
         add(f"[model] max_seq_length = {config.model.max_seq_length} leaves no room for an episode's context after "
             f"[training] max_completion_length ({config.training.max_completion_length}) per turn; raise it.")
+    return problems
+
+
+def _warm_start_item_problems(config: RunConfig) -> list[str]:
+    """[model] warm_start_tasks / warm_start_difficulty: generated tasks and a difficulty, for a warm start of items."""
+    from vlrl.base.synthetic import KNOWN_TASKS
+
+    m, problems = config.model, []
+    for task in m.warm_start_tasks:
+        if task not in KNOWN_TASKS:
+            problems.append(f"[model] warm_start_tasks names {task!r}, which vlrl.base.synthetic does not generate; "
+                            f"choose from {', '.join(KNOWN_TASKS)}.{did_you_mean(task, KNOWN_TASKS)}")
+    if m.warm_start_difficulty not in (0, 1, 2, 3):
+        problems.append(f"[model] warm_start_difficulty = {m.warm_start_difficulty} must be 1, 2 or 3 (0: the run's "
+                        "[data] difficulty).")
+    asked = [key for key in ("warm_start_tasks", "warm_start_difficulty") if getattr(m, key)]
+    if asked and config.env.name:
+        problems.append(f"[model] {asked[0]} sets the generated items a warm start trains on, and this run's warm "
+                        f"start plays [env] name = {config.env.name!r} instead; leave {asked[0]} out.")
+    elif asked and not m.warm_start_steps and m.name_or_path in LOCAL_MODELS:  # another model: one line above says it
+        problems.append(f"[model] {asked[0]} needs a warm start: set warm_start_steps above 0.")
     return problems
 
 

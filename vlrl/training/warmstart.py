@@ -2,8 +2,9 @@
 `tiny-small`, `tiny-qwen3.5`, `tiny-qwen3.5-moe`), the checkpoint a run loads, and `vlrl sft` for any other 16-bit model.
 
 One item policy serves every path, so a warm start never trains on what the run evaluates:
-- a run on a local model warm-starts it on generated items of the run's own tasks, difficulty and image size, drawn
-  from other seeds than the run's (`seed + 10,000`); easy charts can still repeat a picture, so the held-out split
+- a run on a local model warm-starts it on generated items of the run's own tasks, difficulty and image size (or
+  those `[model] warm_start_tasks` and `warm_start_difficulty` name: a curriculum), drawn from other seeds than the
+  run's (`seed + 10,000`); easy charts can still repeat a picture, so the held-out split
   leaves out every item that shows a warm-start picture (`held_out_exclusions`);
 - `vlrl sft` draws the same items (for generated data) or the training part of the run's split (for a data set),
   minus any item that shows a held-out picture, since the later run only knows the checkpoint's path.
@@ -51,7 +52,8 @@ def settings(config: RunConfig) -> dict:
     return {"size": size, "family": LOCAL_FAMILIES.get(m.name_or_path, "qwen3_vl"), "seed": d.seed,
             "steps": m.warm_start_steps,
             "items": m.warm_start_items or DEFAULT_ITEMS[size], "image_size": d.image_size,
-            "difficulty": d.difficulty, "tasks": tuple(d.tasks or synthetic.TASKS), "player": m.warm_start_player}
+            "difficulty": m.warm_start_difficulty or d.difficulty,
+            "tasks": tuple(m.warm_start_tasks or d.tasks or synthetic.TASKS), "player": m.warm_start_player}
 
 
 def generated_items(seed: int, n: int, image_size: int, difficulty: int = 1, tasks=None) -> list[dict]:
@@ -138,8 +140,9 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         warm_start_steps: supervised steps that teach the answer format; 0 returns the random model.
         warm_start_items: generated items the warm start trains on (disjoint seeds from eval items).
         image_size: side of the generated images.
-        difficulty: the generated items' difficulty (`vlrl.base.synthetic`), the run's own.
-        tasks: the generated items' tasks (default `vlrl.base.synthetic.TASKS`), the run's own.
+        difficulty: the generated items' difficulty (`vlrl.base.synthetic`): the run's own, or its warm_start_difficulty.
+        tasks: the generated items' tasks (default `vlrl.base.synthetic.TASKS`): the run's own, or its warm_start_tasks.
+            Each task's generator version past 1 (`synthetic.GENERATOR_VERSIONS`) enters the cache key.
         size: "tiny" or "small" (see `vlrl.model.tiny.SIZES`).
         family: "qwen3_vl", "qwen3_5" or "qwen3_5_moe" (`vlrl.model.tiny.FAMILIES`).
         episodes: for an episode run, (its [env], its rollout settings): the items are then turns of random-action
@@ -157,6 +160,10 @@ def ensure_tiny(cache_dir: str | Path | None = None, *, seed: int = 0, warm_star
         key["difficulty"] = difficulty
     if tasks and tuple(tasks) != synthetic.TASKS:
         key["tasks"] = list(tasks)
+    generators = {task: synthetic.GENERATOR_VERSIONS[task] for task in tasks or synthetic.TASKS
+                  if synthetic.GENERATOR_VERSIONS.get(task, 1) != 1}
+    if generators and episodes is None:  # version 1 everywhere keeps the key as it was (synthetic.GENERATOR_VERSIONS)
+        key["generators"] = generators
     if episodes is not None:
         env = {k: v for k, v in dataclasses.asdict(episodes[0]).items() if k not in EPISODE_KEY_IGNORES}
         key = {"seed": seed, "steps": warm_start_steps, "items": warm_start_items, "size": size, "env": env,
