@@ -66,6 +66,13 @@ def test_joined_rows_are_what_dynamic_samplings_row_merge_makes():
         assert (torch.equal(joined[key], value) if isinstance(value, torch.Tensor) else joined[key] == value), key
 
 
+def test_the_loss_types_validation_lets_merge_are_the_losss_own_non_token_reductions():
+    from vlrl.config.sections import PASS_LOSS_TYPES
+    from vlrl.training.loss import REDUCTIONS
+
+    assert set(PASS_LOSS_TYPES) == {kind for kind, reduction in REDUCTIONS.items() if reduction != "tokens"}
+
+
 def test_the_settings_it_cannot_honour_are_refused():
     with pytest.raises(ConfigError, match="pass_tokens = -1 must be 0"):
         cfg.preset("tiny", overrides=["training.pass_tokens=-1"])

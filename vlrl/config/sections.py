@@ -179,7 +179,8 @@ class EnvConfig:
 
 
 # the loss types whose micro-batches `[training] pass_tokens` can merge: a sum over rows (divided by rows) or over the
-# whole batch's tokens; "bnpo" divides each micro-batch by its own tokens (vlrl.training.passes)
+# whole batch's tokens; "bnpo" divides each micro-batch by its own tokens (vlrl.training.passes; the training layer's
+# vlrl.training.loss.REDUCTIONS says the same, tests/test_passes.py holds them together)
 PASS_LOSS_TYPES = ("grpo", "dr_grpo", "luspo", "dapo")
 ENV_SEEDS = {"eval": 0, "train": 1_000_000, "warm_start": 2_000_000}  # disjoint seed ranges (counts < 1,000,000)
 

@@ -27,11 +27,10 @@ from __future__ import annotations
 import torch
 
 from vlrl.base.errors import ConfigError
-from vlrl.config.sections import PASS_LOSS_TYPES
 from vlrl.training import dynamic_sampling
+from vlrl.training.loss import REDUCTIONS
 
 EMPTY = "vlrl_empty_pass"  # a micro-step whose rows another micro-step's pass trained
-ROW_REDUCTIONS = ("grpo", "dr_grpo", "luspo")  # divide by the pass's rows; "dapo" by the whole batch's tokens
 
 
 def merge_plan(micro_batches: int, *, rows: int, width: int, budget: int) -> list[int]:
@@ -88,10 +87,11 @@ class MergedPasses:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.pass_tokens and self.loss_type not in PASS_LOSS_TYPES:
+        if self.pass_tokens and REDUCTIONS.get(self.loss_type) == "tokens":  # (another: GspoLoss refuses it)
+            merged = [kind for kind, reduction in REDUCTIONS.items() if reduction != "tokens"]
             raise ConfigError(f"[training] pass_tokens merges micro-batches, and loss type {self.loss_type!r} "
                               "normalizes each micro-batch by its own tokens, which merging changes; set pass_tokens "
-                              f"= 0 or a loss type among {', '.join(PASS_LOSS_TYPES)}.")
+                              f"= 0 or a loss type among {', '.join(merged)}.")
 
     def step_inputs(self, generation_batch):
         inputs = super().step_inputs(generation_batch)
@@ -120,7 +120,7 @@ class MergedPasses:
                     passes.append({EMPTY: True})
                     continue
                 merged = concatenated(batches[start:start + size]) if size > 1 else batches[start]
-                weight = float(size) if self.loss_type in ROW_REDUCTIONS else 1.0
+                weight = float(size) if REDUCTIONS[self.loss_type] == "rows" else 1.0  # dapo: the batch's tokens
                 passes.append({**merged, "pass_weight": weight * merged.get("pass_weight", 1.0)})
                 start += size
         return passes
