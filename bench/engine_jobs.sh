@@ -258,7 +258,7 @@ plan_s44() {  # the 8B Crafter preset's step through the one core and the fused 
 
 plan_s45() {  # after the merged turn scoring (vlrl.episodes.scoring) and the Crafter presets keeping every observation:
   # the decoding attention at long contexts, then the 2B and 8B Crafter presets' steps through the core
-  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s51
   python3 bench/gpu_decode_attention.py --out $RESULTS/attention > $RESULTS/attention.log 2>&1
   crafter_2b_step c2b-merged
   crafter_8b_step c8b-merged
@@ -276,12 +276,12 @@ plan_s46() {  # the episode's KV cache kept across turns (vlrl.engine.session): 
 
 side_by_side() {  # side_by_side NAME PATH SHAPE_ARGS...: plain TRL (TRL_WARMUP warm-up steps first), then vlrl's PATH
   local name=$1 path=$2; shift 2
-  python3 bench/gpu_engine.py "$@" --paths trl --steps 1 --warmup "${TRL_WARMUP:-0}" --out $RESULTS/s50 \
+  python3 bench/gpu_engine.py "$@" --paths trl --steps 1 --warmup "${TRL_WARMUP:-0}" --out ${SIDE_DIR:-$RESULTS/s50} \
     > $RESULTS/${name}_trl.log 2>&1
-  python3 bench/gpu_engine.py "$@" --paths "$path" --steps 1 --warmup 1 --out $RESULTS/s50 > $RESULTS/${name}_vlrl.log 2>&1
+  python3 bench/gpu_engine.py "$@" --paths "$path" --steps 1 --warmup 1 --out ${SIDE_DIR:-$RESULTS/s50} > $RESULTS/${name}_vlrl.log 2>&1
 }
 
-plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the presets' shapes, most-used first.
+plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50; s51 too): the presets' shapes, most-used first.
   # 2026-11-29 ran 8b_256 only (engine_runs.json#s50): plain TRL's first step there took 48.8 s against 27.5 s for its
   # second, so at 256 tokens TRL gets a warm-up step (at 1,024 its ~185 s step dwarfs that). First: the update pass
   # by rows on both bases (bench/gpu_update.py, ~2 min), what point 2 is to be decided from.
@@ -295,6 +295,20 @@ plan_s50() {  # issue 50 points 1-3 (engine_results.py reads $RESULTS/s50): the 
   side_by_side 2b_1024 vlrl --size 2b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
+}
+
+plan_s51() {  # issue 50, 2026-12-07: the decoding attention side by side in CUDA graphs (point 4), then the shapes
+  # s50 left, most-needed first, with [training] pass_tokens = 6144 on vlrl's path (at 1,024 tokens a no-op: one
+  # micro-batch of 4 fills a pass; at 256 two make one); the 8B at 1,024 last (2026-11-27's pair stands if it is cut)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s51
+  python3 bench/gpu_decode_attention.py --rows 4 8 16 --lengths 2048 8192 --out $RESULTS/s51/attention \
+    > $RESULTS/attention_s51.log 2>&1
+  local shape="--generation-batch 16 --micro-batch 4 --pass-tokens 6144"
+  TRL_WARMUP=1 side_by_side 8b_256 vlrl-int8 --size 8b --completion 256 $shape
+  side_by_side 2b_1024 vlrl --size 2b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4 --pass-tokens 6144
+  side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4 --pass-tokens 6144
+  side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
+  side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 $shape
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -5,8 +5,12 @@ that cache once at the measured copy bandwidth.
 Per (shape, rows, cache length): the engine's attention (`vlrl.engine.attention.grouped_decode_attention`: SDPA with
 the static cache's boolean mask, each key/value head read once), SDPA without a mask (flash; it would attend to the
 padding and the empty slots, so a bound, not a candidate), and FlexAttention with the same mask as a `mask_mod`
-(compiled; at one query position torch runs its split-KV decoding kernel). Each time is the median of 50 calls after
-warm-up, one layer's call; the step's attention is that times the layers.
+(compiled once per process with room for every shape's graph, so that it never falls back to eager; at one query
+position torch runs its split-KV decoding kernel). Each time is the median of 50 calls after warm-up, one layer's
+call; the step's attention is that times the layers. Two timings a path: `*_ms`, one call as the host launches it
+(s45's table; a compiled call's host work shows there while the GPU idles), and `*_graph_ms`, the call replayed from a
+CUDA graph, as the engine's compiled decoding step runs it (issue 50 point 4: s45's FlexAttention column had hit
+dynamo's recompile limit at the 8B shapes and ran eager, 5 ms a call).
 
     python bench/gpu_decode_attention.py --out $OUT/attention
 """
@@ -41,9 +45,41 @@ def timed(fn, repeats: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def graphed(fn):
+    """`fn` captured once in a CUDA graph: its replay, what a compiled decoding step's attention costs the GPU."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph.replay
+
+
+_FLEX = []
+
+
+def compiled_flex():
+    """flex_attention compiled once for the process, with room for every shape this script times."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not _FLEX:
+        for name in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, name):
+                setattr(torch._dynamo.config, name, 256)
+        _FLEX.append(torch.compile(flex_attention, dynamic=False))
+    return _FLEX[0]
+
+
 def row(shape: str, rows: int, length: int, bandwidth: float) -> dict:
     import torch
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
     from vlrl.engine.attention import grouped_decode_attention
 
@@ -64,23 +100,26 @@ def row(shape: str, rows: int, length: int, bandwidth: float) -> dict:
     layer = Layer()
     out = {"shape": shape, "rows": rows, "cache_length": length, "layers": layers,
            "kv_read_bound_ms": round(1000 * 2 * k.numel() * 2 / (bandwidth / 2), 4)}
-    out["engine_ms"] = timed(lambda: grouped_decode_attention(layer, q, k, v, mask, scaling=dim ** -0.5))
-    out["sdpa_no_mask_ms"] = timed(lambda: torch.nn.functional.scaled_dot_product_attention(
-        q, k, v, scale=dim ** -0.5, enable_gqa=True))
+    paths = {"engine": lambda: grouped_decode_attention(layer, q, k, v, mask, scaling=dim ** -0.5),
+             "sdpa_no_mask": lambda: torch.nn.functional.scaled_dot_product_attention(
+                 q, k, v, scale=dim ** -0.5, enable_gqa=True)}
     try:
         block = create_block_mask(lambda b, h, qi, ki: valid[b, ki], B=rows, H=None, Q_LEN=1, KV_LEN=length,
                                   device=dev)
-        flex = torch.compile(flex_attention, dynamic=False)
-        reference = grouped_decode_attention(layer, q, k, v, mask, scaling=dim ** -0.5)[0]
-        got = flex(q, k, v, block_mask=block, enable_gqa=True, scale=dim ** -0.5).transpose(1, 2)
-        out["flex_max_abs_diff"] = float((got - reference).abs().max())
-        out["flex_ms"] = timed(lambda: flex(q, k, v, block_mask=block, enable_gqa=True, scale=dim ** -0.5))
+        flex = compiled_flex()
+        paths["flex"] = lambda: flex(q, k, v, block_mask=block, enable_gqa=True, scale=dim ** -0.5)
+        reference = paths["engine"]()[0]
+        out["flex_max_abs_diff"] = float((paths["flex"]().transpose(1, 2) - reference).abs().max())
     except Exception as err:  # noqa: BLE001 - the other columns still count
         out["flex_error"] = f"{type(err).__name__}: {str(err)[:300]}"
-    for key in ("engine_ms", "sdpa_no_mask_ms", "flex_ms"):
-        if key in out:
-            out[key] = round(out[key], 4)
-            out[key.replace("_ms", "_step_ms")] = round(out[key] * layers, 2)
+    for name, fn in paths.items():
+        out[f"{name}_ms"] = round(timed(fn), 4)
+        try:
+            out[f"{name}_graph_ms"] = round(timed(graphed(fn)), 4)
+        except Exception as err:  # noqa: BLE001 - the call's own timing still counts
+            out[f"{name}_graph_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+        best = out.get(f"{name}_graph_ms", out[f"{name}_ms"])
+        out[f"{name}_step_ms"] = round(best * layers, 2)  # the layers' attention in one decoding step
     return out
 
 
