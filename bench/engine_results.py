@@ -45,7 +45,7 @@ PRESETS = {  # MathVista preset -> (gpu_engine.py --size, rows' weights): 4-bit 
 }
 ALSO_AT = {"qwen3-vl-8b-mathvista": 256}  # issue 50 target 1: the 8B preset also at 256 tokens
 CRAFTER = {"qwen3-vl-2b-crafter": "c2b-session", "qwen3-vl-8b-crafter": "c8b-session"}  # -> its run in EPISODES
-EPISODES = ("episode_kept_cache", "2026-11-27", "NVIDIA H200 (plan s46)")  # engine_runs.json key, date, GPU
+EPISODES = ("episode_kept_cache", "2026-11-27", "NVIDIA H200")  # engine_runs.json key (plan s46), date, GPU
 EVAL_ITEMS = {("AI4Math/MathVista", "testmini"): 1000}  # an [eval] source's items (none: [data] hold_out)
 TARGETS = {"ratio": 3.0, "update": 1.5, "decode": 0.45}  # issue 50's targets 1, 2 and 3 (at least)
 HOURS = {"qwen3-vl-2b-crafter": 1.0, "qwen3-vl-8b-crafter": 3.0, "qwen3-vl-8b-mathvista": 1.0}  # target 4 (at most)
@@ -258,7 +258,7 @@ def cell(figure: dict, fmt: str) -> str:
 def readme_block(engine: dict) -> str:
     """README.md's table of engine.json's `presets`, its markers included."""
     header = ("| preset | x plain TRL's tokens/s at its shape (target 3x) | update vs TRL's, 256 / 1,024 tokens (1.5x) | "
-              "decoding in the step, of the bound (45%) | projected hours, one H200 | under 23 GiB (peak reserved GiB) |")
+              "decoding in the step, of the bound (45%) | projected hours | under 23 GiB (peak reserved GiB) |")
     lines = [BEGIN, "", header, "|---|---|---|---|---|---|"]
     for name, p in engine["presets"].items():
         hours = cell(p["projected_hours"], "{:.2f}")
@@ -272,16 +272,17 @@ def readme_block(engine: dict) -> str:
                      f" | {cell(p['decode_bound_share_in_step'], '{:.1%}')} | {hours} | {under} |")
     at_256 = {k: v for p in engine["presets"].values() for k, v in p.items() if k.endswith("_at_256")}
     sources = sorted({(f["measured"], f["raw"].split("#")[0] if f["raw"].startswith("capped") else
-                       f"engine_runs.json {f['raw'].split('#')[1].split('/')[0]}")
+                       f"engine_runs.json {f['raw'].split('#')[1].split('/')[0]}", f["gpu"])
                       for p in engine["presets"].values() for f in p.values() if f["value"] is not None})
     note = ("Bold: meets issue 50's target; -: not run (each entry's `not_run` in `bench/results/engine.json` "
             "`presets` says why). The 8B preset at 256 tokens, its 16 at once: "
             f"{cell(at_256.get('ratio_vs_plain_trl_at_256', NONE), '{:.2f}x')} plain TRL's tokens/s, decoding at "
             f"{cell(at_256.get('decode_bound_share_in_step_at_256', NONE), '{:.1%}')} of the bound. Random weights of the real "
             "configs, every completion at its token limit; measured " +
-            ", ".join(f"{day} (`{source}`)" for day, source in sources) +
+            ", ".join(f"{day} (`{source}`, {gpu})" for day, source, gpu in sources) +
             "; this table is written by `python bench/engine_results.py`.")
-    lines += ["", *textwrap.wrap(note, 118, break_on_hyphens=False), "", END]
+    code_kept = "`".join(part.replace(" ", "\0") if i % 2 else part for i, part in enumerate(note.split("`")))
+    lines += ["", *(line.replace("\0", " ") for line in textwrap.wrap(code_kept, 118, break_on_hyphens=False)), "", END]
     return "\n".join(lines)
 
 
