@@ -1,7 +1,7 @@
 """bench/capped.sh's runs, read back: which presets ran under the hard memory cap, at what peak, and what did not run.
 
     python bench/capped_results.py                      # reads results/capped_runs.json
-    python bench/capped_results.py --engine-pid 4641    # the gpu_engine.py process's id, for its nvidia-smi peak
+    python bench/capped_results.py --engine-pid PID     # gpu_engine.py's process id, for its nvidia-smi peak
 
 Writes results/capped.md and engine.json's `capped_23gib`: per preset `value` (true: its baseline eval batch and two
 GSPO steps ran with no out-of-memory error under the cap; false: one came; null: not run), the allocator's peaks
@@ -20,7 +20,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 COMMAND = ('bash bench/capped.sh start 515   # then: bash bench/capped.sh wait 490; and the presets it left: '
            'PLAN=rest bash bench/capped.sh start 560, then PLAN=rest bash bench/capped.sh wait 420 (one H200, carry '
            '[".whl", ".rehearsal"])')
+MEASURED, GPU = "2026-11-29", "NVIDIA H200"  # both plans
+ENGINE_PID = 4641  # inputs8b's gpu_engine.py process: its results predate their `pid` field
 NOT_RUN: dict[str, str] = {}  # presets no plan has run yet, and what is known of them uncapped (none left: 2026-11-29)
+NOTES = ("nvidia-smi's process peak is sampled once a second (a shorter peak can pass between samples) and "
+         "counts what the cap does not: CUDA libraries and compiled kernels loaded after it. Its logger ended "
+         "with the call that started it (capped.sh starts it detached since), so a process that outlived "
+         "that call has a lower bound there. `qwen3-vl-8b-thinking-mathvista` ran out of memory in its "
+         "baseline eval at an eval batch of 32 (1,536 tokens; kept under `earlier`): its [eval] batch_size "
+         "is 16 since (half the eval's KV cache, twice the eval batches), and at 16 it fits.")
 
 
 def process_peaks(runs: dict) -> dict[int, tuple[float, bool]]:
@@ -95,45 +103,45 @@ def page(capped: dict) -> str:
     return "\n".join(lines + ["", capped["notes"], ""])
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--runs", default=str(RESULTS / "capped_runs.json"))
-    p.add_argument("--engine-pid", type=int, help="gpu_engine.py's process id, where its results lack one")
-    p.add_argument("--cap", type=float, default=23.0)
-    args = p.parse_args()
-    runs = json.loads(Path(args.runs).read_text())
+def capped(runs: dict, cap: float = 23.0, engine_pid: int | None = ENGINE_PID) -> dict:
+    """engine.json's `capped_23gib` from capped_runs.json's packed runs: each preset's entry (a later run of a preset,
+    e.g. at a smaller default, after an earlier one kept under `earlier`), the 8B path by input, and how they ran."""
     peaks = process_peaks(runs)
     presets = {}
-    for name, run in sorted(runs.items()):  # a later run of a preset (e.g. at a smaller default) after an earlier one
+    for name, run in sorted(runs.items()):
         if "config.toml" in run:
-            preset, row = preset_row(name, run, peaks, args.cap)
+            preset, row = preset_row(name, run, peaks, cap)
             presets[preset] = {**row, "earlier": presets[preset]} if preset in presets else row
     presets.update({preset: {"value": None, "note": note} for preset, note in NOT_RUN.items() if preset not in presets})
     context = runs["nvidia_smi"]["context_gib.txt"].strip()
-    capped = {
-        "command": COMMAND, "presets": dict(sorted(presets.items())),
-        "inputs": engine_rows(runs, peaks, args.engine_pid),
-        "how": (f"One H200, 2026-11-29, in two plans (the first, then PLAN=rest on a fresh machine), lanes at once "
+    return {
+        "command": COMMAND, "measured": MEASURED, "gpu": GPU, "presets": dict(sorted(presets.items())),
+        "inputs": engine_rows(runs, peaks, engine_pid),
+        "how": (f"One H200, {MEASURED}, in two plans (the first, then PLAN=rest on a fresh machine), lanes at once "
                 f"(five GPU processes at most): each preset through `vlrl run` as a user starts it "
                 f"(random weights of the real config, bench/rehearsal.sh's data and reward) with "
-                f"`--set model.memory_cap_gib={args.cap:g}`: its baseline eval (one batch at the preset's eval batch "
+                f"`--set model.memory_cap_gib={cap:g}`: its baseline eval (one batch at the preset's eval batch "
                 f"size), then two GSPO steps at its shape (the Crafter presets: each step one generation batch of "
                 f"episodes); the eval after training left out. The lanes share the GPU, so each process's cap counts "
                 f"its own CUDA context ({context} GiB, measured alone) and not the other lanes' memory: its allocator "
-                f"may reserve {args.cap - float(context):.2f} GiB. Step times here are not speeds (up to five processes "
+                f"may reserve {cap - float(context):.2f} GiB. Step times here are not speeds (up to five processes "
                 f"shared the GPU)."),
-        "notes": ("nvidia-smi's process peak is sampled once a second (a shorter peak can pass between samples) and "
-                  "counts what the cap does not: CUDA libraries and compiled kernels loaded after it. Its logger ended "
-                  "with the call that started it (capped.sh starts it detached since), so a process that outlived "
-                  "that call has a lower bound there. `qwen3-vl-8b-thinking-mathvista` ran out of memory in its "
-                  "baseline eval at an eval batch of 32 (1,536 tokens; kept under `earlier`): its [eval] batch_size "
-                  "is 16 since (half the eval's KV cache, twice the eval batches), and at 16 it fits."),
+        "notes": NOTES,
     }
-    (RESULTS / "capped.md").write_text(page(capped))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--runs", default=str(RESULTS / "capped_runs.json"))
+    p.add_argument("--engine-pid", type=int, default=ENGINE_PID, help="gpu_engine.py's process id, where its results lack one")
+    p.add_argument("--cap", type=float, default=23.0)
+    args = p.parse_args()
+    found = capped(json.loads(Path(args.runs).read_text()), args.cap, args.engine_pid)
+    (RESULTS / "capped.md").write_text(page(found))
     engine = json.loads((RESULTS / "engine.json").read_text())
-    engine["capped_23gib"] = capped
+    engine["capped_23gib"] = found
     (RESULTS / "engine.json").write_text(json.dumps(engine, indent=2, ensure_ascii=False) + "\n")
-    print(page(capped))
+    print(page(found))
 
 
 if __name__ == "__main__":

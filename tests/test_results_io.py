@@ -121,35 +121,3 @@ def test_capped_23gib_is_what_its_runs_say():
     assert all(row["value"] is True for row in capped["presets"].values())  # every preset ran under the cap
     assert capped["presets"]["qwen3-vl-8b-mathvista"]["value"] is True
     assert all(r["max_reserved_gib"] <= 22 for r in capped["inputs"])
-
-
-def test_engine_results_ratios_from_the_fusion_rows():
-    """bench/engine_results.py on plan s41's real rows (engine_runs.json `fusion`): the 8B preset's shape at 1,024
-    tokens against plain TRL is the README's 7.54x, the update ratio and decode share follow from the same rows, and
-    a shape with one path only is left out."""
-    from engine_results import figures, update_tokens_per_s
-
-    fusion = json.loads((RESULTS / "engine_runs.json").read_text())["fusion"]
-    rows = [{**fusion[name], "file": name} for name in
-            ("gspo_8b_trl_1024_gen32.json", "gspo_8b_vlrl-int8_1024_gen16.json", "gspo_8b_trl_256_gen32.json")]
-    found = figures(rows, raw="engine_runs.json#fusion")
-    ratio = found["ratio_vs_plain_trl"]["qwen3-vl-8b-mathvista"]
-    assert ratio["value"] == 7.54 and ratio["met"] and list(found["ratio_vs_plain_trl"]) == ["qwen3-vl-8b-mathvista"]
-    trl, vlrl = rows[0], rows[1]
-    update = found["update_ratio_vs_trl_1024"]
-    assert update["value"] == round(update_tokens_per_s(vlrl) / update_tokens_per_s(trl), 2)
-    assert update["vlrl_training_s"] == round(vlrl["step_s"] - vlrl["generation_s"], 2)
-    assert found["decode_bound_share_in_step"]["qwen3-vl-8b-mathvista"]["value"] == round(vlrl["decode_bound_share"], 3)
-    assert "update_ratio_vs_trl_256" not in found  # plain TRL alone at 256: no pair
-
-
-def test_engine_results_merge_keeps_other_presets():
-    """A plan that measured some shapes replaces those presets' entries, stamped with its date, and keeps the rest."""
-    from engine_results import merged
-
-    engine = {"ratio_vs_plain_trl": {"a": {"value": 1.0, "measured": "old"}, "b": {"value": 2.0, "measured": "old"}},
-              "update_ratio_vs_trl_256": {"value": 0.5, "measured": "old"}}
-    found = {"ratio_vs_plain_trl": {"b": {"value": 3.0}}, "update_ratio_vs_trl_256": {"value": 0.7}}
-    out = merged(engine, found, "new")
-    assert out["ratio_vs_plain_trl"] == {"a": {"value": 1.0, "measured": "old"}, "b": {"value": 3.0, "measured": "new"}}
-    assert out["update_ratio_vs_trl_256"] == {"value": 0.7, "measured": "new"}
