@@ -35,8 +35,13 @@
 #   s42: the 2B Crafter preset's step through the fused engine (8 episodes at once, then 16), then s41c
 #   s50: issue 50 points 1-3, alone on the GPU: the update pass by rows (bench/gpu_update.py), then each MathVista
 #        preset's shape (its batch, micro-batch and length) on plain TRL (one step: eager, nothing to compile; at 256
-#        tokens after a warm-up step) and on vlrl's path (a compiling step, then one); `python bench/engine_results.py
-#        DIR --measured DATE` writes engine.json's per-preset keys from them
+#        tokens after a warm-up step) and on vlrl's path (a compiling step, then one); packed into engine_runs.json
+#        (`python bench/results_io.py pack DIR bench/results/engine_runs.json --key KEY`) and named in
+#        engine_results.py's SIDE_BY_SIDE, `python bench/engine_results.py` writes engine.json's `presets` from them
+#   s51: issue 50 (2026-12-07, one H100): the decoding attention timed from CUDA graphs, then the 8B at 256 tokens,
+#        the 2B and 4B presets' shapes side by side with plain TRL (pass_tokens 6144 on vlrl's path); the thinking
+#        preset's pair and the 8B at 1,024 did not run (the session's device time ran out)
+#   s52: the next one, not yet run (see plan_s52)
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -309,6 +314,22 @@ plan_s51() {  # issue 50, 2026-12-07: the decoding attention side by side in CUD
   side_by_side 4b_1024 vlrl --size 4b --bf16 --completion 1024 --generation-batch 8 --micro-batch 4 --pass-tokens 6144
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
   side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 $shape
+}
+
+plan_s52() {  # issue 50, for the next session (not yet run; about 20 device-minutes): the decoding attention again with
+  # vlrl's own FlexAttention path (its engine_flex column), the 2B Crafter preset's step with the masked SDPA and with
+  # FlexAttention (VLRL_FLEX_ROWS=8, rehearsal_cli.py) one after the other, the update pass by rows on both bases
+  # (gpu_update.py: is the 8B's int8 training pass slower than NF4's?), the 8B at 256 tokens without pass_tokens
+  # beside s51's row with it, then the thinking preset's pair, which s51 left unfinished
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s52
+  python3 bench/gpu_decode_attention.py --rows 4 8 16 --lengths 2048 8192 --out $RESULTS/s52/attention \
+    > $RESULTS/attention_s52.log 2>&1
+  crafter_2b_step c2b-sdpa
+  (export VLRL_FLEX_ROWS=8; crafter_2b_step c2b-flex)
+  python3 bench/gpu_update.py --completion 256 --out $RESULTS/s52/update > $RESULTS/update_256.log 2>&1
+  for tokens in 0 6144; do python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 \
+    --pass-tokens $tokens --paths vlrl-int8 --steps 1 --warmup 1 --out $RESULTS/s52/pass$tokens > $RESULTS/pass${tokens}_256.log 2>&1; done
+  side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -18,6 +18,7 @@ dynamo's recompile limit at the 8B shapes and ran eager, 5 ms a call).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -77,6 +78,17 @@ def compiled_flex():
     return _FLEX[0]
 
 
+def _with_flex(rows, fn):
+    """`fn()` (the engine's decoding attention, compiled) with vlrl.engine.attention.FLEX_ROWS covering `rows`."""
+    from vlrl.engine import attention
+
+    before, attention.FLEX_ROWS = attention.FLEX_ROWS, rows
+    try:
+        return fn()
+    finally:
+        attention.FLEX_ROWS = before
+
+
 def row(shape: str, rows: int, length: int, bandwidth: float) -> dict:
     import torch
     from torch.nn.attention.flex_attention import create_block_mask
@@ -102,7 +114,10 @@ def row(shape: str, rows: int, length: int, bandwidth: float) -> dict:
            "kv_read_bound_ms": round(1000 * 2 * k.numel() * 2 / (bandwidth / 2), 4)}
     paths = {"engine": lambda: grouped_decode_attention(layer, q, k, v, mask, scaling=dim ** -0.5),
              "sdpa_no_mask": lambda: torch.nn.functional.scaled_dot_product_attention(
-                 q, k, v, scale=dim ** -0.5, enable_gqa=True)}
+                 q, k, v, scale=dim ** -0.5, enable_gqa=True),
+             # vlrl's own FlexAttention path (attention.FLEX_ROWS), compiled as the decoding step compiles it
+             "engine_flex": functools.partial(_with_flex, rows, torch.compile(functools.partial(
+                 grouped_decode_attention, layer, q, k, v, mask, scaling=dim ** -0.5), dynamic=False))}
     try:
         block = create_block_mask(lambda b, h, qi, ki: valid[b, ki], B=rows, H=None, Q_LEN=1, KV_LEN=length,
                                   device=dev)
@@ -112,6 +127,11 @@ def row(shape: str, rows: int, length: int, bandwidth: float) -> dict:
         out["flex_max_abs_diff"] = float((paths["flex"]().transpose(1, 2) - reference).abs().max())
     except Exception as err:  # noqa: BLE001 - the other columns still count
         out["flex_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+    try:
+        out["engine_flex_max_abs_diff"] = float((paths["engine_flex"]()[0] - paths["engine"]()[0]).abs().max())
+    except Exception as err:  # noqa: BLE001 - the other columns still count
+        out["engine_flex_error"] = f"{type(err).__name__}: {str(err)[:300]}"
+        paths.pop("engine_flex")
     for name, fn in paths.items():
         out[f"{name}_ms"] = round(timed(fn), 4)
         try:

@@ -111,3 +111,24 @@ def test_a_session_takes_one_context_per_slot(policy):
     with pytest.raises(ValueError, match="2 slots"):
         engine.Session(2).decode(model, processor, [None, None], decoding)
 
+
+
+def test_flex_decoding_attention_gives_the_same_episodes(policy, decodes, monkeypatch):
+    """With `attention.FLEX_ROWS` covering the batch, every decoding step of the kept cache attends through
+    FlexAttention (left padding and skipped slots masked as a score modification), and the episodes are the whole
+    prefill's: the same greedy replies, log-probs within 1e-5."""
+    from vlrl.engine import attention
+
+    whole = _play(policy, [0, 1, 2], max_images_in_context=8)
+    calls, flex = [], attention.flex_decode_attention
+
+    def counted(*args, **kwargs):
+        calls.append(args[3].shape)
+        return flex(*args, **kwargs)
+
+    monkeypatch.setattr(attention, "flex_decode_attention", counted)
+    monkeypatch.setattr(attention, "FLEX_ROWS", 8)
+    kept = _play(policy, [0, 1, 2], fast_generation=True, max_images_in_context=8)
+    _same_episodes(kept, whole)
+    assert calls and {shape[0] for shape in calls} == {3}
+    assert any(d.get("reused") for d in decodes)  # turns decoded from the kept cache, its skipped slots masked
