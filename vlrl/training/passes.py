@@ -1,9 +1,10 @@
 """A single-turn run's micro-batches trained in fewer, larger forward passes: `[training] pass_tokens`.
 
 TRL trains a generation batch as `steps_per_generation` micro-batches of `per_device_train_batch_size` rows, one
-forward and backward each. A pass costs about as much at 8 rows as at 4 on an H200 at the 8B shape (256 tokens: 32
-completions in 8 passes of 4 took 7.96 s, in 4 passes of 8 3.87 s; bench/results/engine_runs.json `gspo_step`), while
-the rows a pass can hold are set by memory at the longest completions. With `pass_tokens = N`, consecutive
+forward and backward each. At the 8B shape on an H200 (256 tokens) 32 completions took 7.96 s in 8 passes of 4 and
+3.87 s in 4 passes of 8 (micro-batch 8; bench/results/engine_runs.json `gspo_step`), while the rows a pass can hold
+are set by memory at the longest completions; merged here into passes of 8 (s51, an H100) they took 8.23 s, so the
+gain is not shown yet (docs/training.md). With `pass_tokens = N`, consecutive
 micro-batches of a generation batch whose padded tokens (rows x width) fit in N together are trained as one pass:
 their rows concatenated, the loss weighted so that the gradient is the same as theirs one by one (`pass_weight`: a
 reduction over rows divides by the pass's rows, so a pass of k micro-batches weighs k; dapo divides by the whole
