@@ -229,7 +229,7 @@ def not_run(name: str, key: str) -> str:
                 f"{c.training.max_completion_length:,} tokens")
     if key == "projected_hours" and c.training.max_steps <= 0:
         return "max_steps is not set: its steps follow its data's size (an epoch)"
-    rows = "a vlrl row" if key == "projected_hours" else "rows side by side (plain TRL and vlrl)"
+    rows = "vlrl row" if key == "projected_hours" else "rows side by side (plain TRL and vlrl)"
     return (f"no {rows} at its shape in engine_runs.json {', '.join(SIDE_BY_SIDE)}: {size} {weights}, "
             f"{length:,} tokens, {c.training.generation_batch_size} decoded at once, micro-batch "
             f"{c.training.per_device_train_batch_size}")
