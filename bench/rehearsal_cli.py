@@ -18,9 +18,7 @@ With VLRL_SKIP_EVALS=1, `vlrl run` leaves out its two evals (and so the comparis
 as a user runs it, for a rerun of a preset whose evals an earlier rehearsal measured (a 16-turn Crafter eval batch
 takes minutes of the device's time). With VLRL_SKIP_EVALS=after it runs the baseline eval and leaves out the second.
 
-With VLRL_FLEX_ROWS=N, decoding steps of at most N rows attend through FlexAttention (`vlrl.engine.attention.FLEX_ROWS`,
-0 by default until a whole step has been measured with it: issue 50 point 4).
-
+With VLRL_FLEX_ROWS=N, decoding steps of at most N rows attend through FlexAttention (`attention.FLEX_ROWS`, issue 50).
 With VLRL_CAP_CONTEXT_GIB=G (processes sharing one GPU, bench/capped.sh), `[model] memory_cap_gib` counts this process's
 own CUDA context as G GiB (measured alone) instead of everything else on the card (`gpu_gspo.count_own_context`).
 """
