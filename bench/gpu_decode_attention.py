@@ -46,8 +46,9 @@ def timed(fn, repeats: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def graphed(fn):
-    """`fn` captured once in a CUDA graph: its replay, what a compiled decoding step's attention costs the GPU."""
+def graphed(fn, calls: int = 1):
+    """`fn` captured `calls` times in one CUDA graph: its replay, what the calls cost the GPU without their launches
+    (as a compiled decoding step runs them)."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -58,7 +59,8 @@ def graphed(fn):
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fn()
+        for _ in range(calls):
+            fn()
     return graph.replay
 
 
