@@ -330,6 +330,11 @@ plan_s52() {  # issue 50, for the next session (not yet run; about 20 device-min
   for tokens in 0 6144; do python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 \
     --pass-tokens $tokens --paths vlrl-int8 --steps 1 --warmup 1 --out $RESULTS/s52/pass$tokens > $RESULTS/pass${tokens}_256.log 2>&1; done
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
+  # then, as far as the time goes, the presets no session has run side by side at their own shapes
+  side_by_side testmini_1024 vlrl-int8 --size 8b --completion 1024 --generation-batch 8 --micro-batch 4
+  side_by_side qwen35_2b_1536 vlrl --size qwen3.5-2b --bf16 --completion 1536 --generation-batch 8 --micro-batch 2
+  side_by_side qwen35_4b_1536 vlrl --size qwen3.5-4b --bf16 --completion 1536 --generation-batch 8 --micro-batch 1
+  side_by_side qwen35_9b_1536 vlrl-int8 --size qwen3.5-9b --completion 1536 --generation-batch 8 --micro-batch 1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
