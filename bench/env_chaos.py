@@ -111,9 +111,9 @@ HANDSHAKE_NOTE = "ASGI callable returned without completing handshake."  # see s
 
 def server_log(log_dir: Path) -> dict:
     """The server's own account (its log runs at warning level, so 5xx show as their tracebacks): each error with
-    its cause. uvicorn's WebSocket layer logs HANDSHAKE_NOTE at ERROR after the Guard's 401 denial although the
-    client got the 401 (its sans-I/O protocol does not count a denial response as the end of the handshake): those
-    are counted apart, matched one for one against the 401 handshakes the clients saw."""
+    its cause. uvicorn up to 0.54 logs HANDSHAKE_NOTE at ERROR after the Guard's 401 denial although the client got
+    the 401 (its sans-I/O protocol did not count a denial response as the end of the handshake; 0.55 does, and logs
+    nothing): those are counted apart, matched against the 401 handshakes the clients saw (one each, or none)."""
     errors, handshake_notes = [], 0
     for log in sorted(log_dir.glob("server*.log")):
         lines = log.read_text(errors="replace").splitlines()
@@ -261,7 +261,7 @@ Every answer to an episode is checked against the same seed and replies played b
 Requests: {r['requests']} ({statuses}).
 WebSocket messages: {r['websocket_messages']}. The server's log holds {r['server_log_handshake_notes']} lines of uvicorn's
 "{HANDSHAKE_NOTE}" for the {r['websocket_handshakes_refused_401']} WebSocket handshakes refused with
-401 (logged at ERROR by uvicorn after the denial was sent; no 5xx).
+401 (uvicorn up to 0.54 logs one at ERROR after each denial was sent, 0.55 none; no 5xx).
 Latency over all requests: p50 {r['latency_ms']['p50']} ms, p99 {r['latency_ms']['p99']} ms (2 CPU cores shared
 with other work; the server, 64 clients and their local replays all run on them).
 

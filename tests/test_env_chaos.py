@@ -22,6 +22,8 @@ def test_a_few_seconds_of_chaos_meet_the_targets():
     assert result["refusals_without_one_line_reason"] == 0, result["no_reason_examples"]
     assert result["answers_checked"] > 0 and result["sigterm"]["restart_s"] > 0
     assert result["sessions_left"] == 0 and result["clients_stuck"] == 0
-    assert result["server_log_handshake_notes"] == result["websocket_handshakes_refused_401"]
+    # uvicorn <= 0.54 logs a spurious "without completing handshake" after each 401 denial; 0.55 logs none
+    refused = result["websocket_handshakes_refused_401"]
+    assert refused > 0 and result["server_log_handshake_notes"] in (0, refused), result
     assert {"clients", "seconds", "status_counts", "server_errors", "cross_session_answers", "closed_session_steps",
             "rss_growth"} <= set(result)
