@@ -9,9 +9,9 @@ softmax for every head, each key/value head read once, nothing copied. Prefill a
 query position) go through transformers' own function unchanged.
 
 At few rows over long caches (an episode's kept cache: 4-8 rows, 2,000-8,000 slots) the masked SDPA call runs the
-memory-efficient kernel, whose cost there is mostly fixed; FlexAttention's decoding kernel with the same mask as a
-score modification took 0.5-0.8x its time replayed from a CUDA graph (bench/results/engine.md, s51), and 1.2x at 16
-rows. `FLEX_ROWS` is the row count up to which a decoding step attends through it: 0 (never) until a whole Crafter
+memory-efficient kernel, whose cost there is mostly fixed; FlexAttention's decoding kernel with the same mask (as a
+block mask) took 0.5-0.8x its time replayed from a CUDA graph (bench/results/engine.md, s51), and 1.2x at 16 rows.
+Here the mask is a score modification (no block mask to rebuild each step); s52's `engine_flex` column times it. `FLEX_ROWS` is the row count up to which a decoding step attends through it: 0 (never) until a whole Crafter
 step has been measured with it (bench/rehearsal_cli.py's VLRL_FLEX_ROWS sets it for one run).
 
 `grouped` switches a model's language model to this attention for the span of a decode and back.
