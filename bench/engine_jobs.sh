@@ -54,7 +54,7 @@ copy_out() {
   mkdir -p $OUT
   tar -czf $OUT/engine_results.tar.gz -C /tmp/results --exclude="run-*" engine 2>/dev/null
   for log in $RESULTS/*.log; do
-    [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED|ATTENTION|RELOAD|^==|step " \
+    [ -f "$log" ] && tr '\r' '\n' < "$log" | grep -E "RESULT|PARTS|DECODE|AGREEMENT|FAILED|Error|error|T\+|PACKED|ATTENTION|RELOAD|^==|step " \
       | cut -c1-600 | tail -40
   done
 }
@@ -316,21 +316,21 @@ plan_s51() {  # issue 50, 2026-12-07: the decoding attention side by side in CUD
   side_by_side 8b_1024 vlrl-int8 --size 8b --completion 1024 $shape
 }
 
-plan_s52() {  # issue 50, for the next session (not yet run; about 20 device-minutes): the decoding attention again with
-  # vlrl's own FlexAttention path (its engine_flex column), the 2B Crafter preset's step with the masked SDPA and with
-  # FlexAttention (VLRL_FLEX_ROWS=8, rehearsal_cli.py) one after the other, the update pass by rows on both bases
-  # (gpu_update.py: is the 8B's int8 training pass slower than NF4's?), the 8B at 256 tokens without pass_tokens
-  # beside s51's row with it, then the thinking preset's pair, which s51 left unfinished
+plan_s52() {  # issue 50 (most telling first): the 8B at 256 tokens through vlrl's path in one process, a measured step
+  # each at pass_tokens 0, 6144 and 12288 with the training half's parts (PARTS: passes, log-prob forwards, scoring),
+  # the update pass by rows on the int8 base with its profile (gpu_update.py: dispatch- or kernel-bound?), the 2B
+  # Crafter preset's step with the masked SDPA and with FlexAttention (VLRL_FLEX_ROWS=8, rehearsal_cli.py) one after
+  # the other, the decoding attention with vlrl's own FlexAttention path (its engine_flex column), then the thinking
+  # preset's pair, which s51 left unfinished, and the presets no session has run side by side at their own shapes
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s52
-  python3 bench/gpu_decode_attention.py --rows 4 8 16 --lengths 2048 8192 --out $RESULTS/s52/attention \
-    > $RESULTS/attention_s52.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 --paths vlrl-int8 \
+    --pass-tokens-per-step 0 6144 12288 --warmup 1 --out $RESULTS/s52/passes > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_update.py --completion 256 --bases int8 --out $RESULTS/s52/update > $RESULTS/update_256.log 2>&1
   crafter_2b_step c2b-sdpa
   (export VLRL_FLEX_ROWS=8; crafter_2b_step c2b-flex)
-  python3 bench/gpu_update.py --completion 256 --out $RESULTS/s52/update > $RESULTS/update_256.log 2>&1
-  for tokens in 0 6144; do python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 \
-    --pass-tokens $tokens --paths vlrl-int8 --steps 1 --warmup 1 --out $RESULTS/s52/pass$tokens > $RESULTS/pass${tokens}_256.log 2>&1; done
+  python3 bench/gpu_decode_attention.py --rows 4 8 16 --lengths 2048 8192 --out $RESULTS/s52/attention \
+    > $RESULTS/attention_s52.log 2>&1
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
-  # then, as far as the time goes, the presets no session has run side by side at their own shapes
   side_by_side testmini_1024 vlrl-int8 --size 8b --completion 1024 --generation-batch 8 --micro-batch 4
   side_by_side qwen35_2b_1536 vlrl --size qwen3.5-2b --bf16 --completion 1536 --generation-batch 8 --micro-batch 2
   side_by_side qwen35_4b_1536 vlrl --size qwen3.5-4b --bf16 --completion 1536 --generation-batch 8 --micro-batch 1

@@ -116,6 +116,22 @@ def vlrl_trainer(args, policy, processor, data, out: Path):
     return train.build_trainer(config, policy, processor, data, out)
 
 
+def pass_schedule(trainer, steps: list, values: list[int]):
+    """A callback that sets vlrl's trainer's `pass_tokens` to `values[k]` for its k-th optimizer step and records it
+    in that step's entry of `steps` (step_clock's, which appends after this callback's step end)."""
+    from transformers import TrainerCallback
+
+    class PassSchedule(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            trainer.pass_tokens = values[min(state.global_step, len(values) - 1)]
+
+        def on_train_end(self, args, state, control, **kwargs):
+            for step, value in zip(steps, values):
+                step["pass_tokens"] = value
+
+    return PassSchedule()
+
+
 def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-image") -> dict:
     import torch
 
@@ -131,11 +147,19 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     build = plain_trl_trainer if path == "trl" else vlrl_trainer
     trainer = build(args, policy, processor, data, out)
     timer, steps = Timer(), []
+    if args.pass_tokens_per_step and path != "trl":  # one load and one compile, then a measured step per setting
+        trainer.add_callback(pass_schedule(trainer, steps, [args.pass_tokens_per_step[0]] * args.warmup
+                                           + args.pass_tokens_per_step))
     trainer.add_callback(step_clock(timer, steps, lambda done: say(
         f"{path}: step {len(done)} {done[-1]['step_s']:.1f} s (generation {done[-1].get('generation_s', 0):.1f} s)")))
     from vlrl.training import trl_bridge
 
     timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
+    # the training half's parts (issue 50 point 2): scoring around the generation (rewards, any extra forward), the
+    # passes (forward + backward of each micro-batch or merged pass), and every log-prob forward with its count
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_and_score"), "generate_and_score_s")
+    timer.wrap(trainer, "training_step", "passes_s")
+    timer.wrap(trainer, trl_bridge.method_name(trainer, "token_logps"), "token_logps_s")
     torch.cuda.reset_peak_memory_stats()
     trainer.train()
     logs = trainer.state.log_history
@@ -172,6 +196,9 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
             "max_reserved_gib")
     print("RESULT", name, json.dumps({k: round(result[k], 3) for k in keys}), "KL", kl, flush=True)
+    for step in measured:
+        print("PARTS", name, json.dumps({k: round(v, 3) for k, v in step.items() if k.endswith(("_s", "_calls", "tokens"))}),
+              flush=True)
     del trainer, policy
     torch.cuda.empty_cache()
     return result
@@ -188,6 +215,9 @@ def main() -> None:
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--pass-tokens", type=int, default=0, help="vlrl's [training] pass_tokens (0: a pass a micro-batch)")
+    p.add_argument("--pass-tokens-per-step", type=int, nargs="+", default=[],
+                   help="vlrl's path only: one measured step at each of these pass_tokens, in one process (the warm-up "
+                        "steps at the first); sets --steps")
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--checkpoint", help="this checkpoint (e.g. a pre-quantized 4-bit one) instead of building one")
     p.add_argument("--memory-cap-gib", type=float, default=0.0,
@@ -196,6 +226,7 @@ def main() -> None:
     p.add_argument("--inputs", nargs="+", default=["1-image"], choices=INPUTS, help="what each item shows")
     p.add_argument("--out", default=os.environ.get("OUT", "bench/results") + "/engine")
     args = p.parse_args()
+    args.steps = len(args.pass_tokens_per_step) or args.steps
     checkpoint = Path(args.checkpoint) if args.checkpoint else build_checkpoint(args.size, Path(args.checkpoints))
     CAP[0] = args.memory_cap_gib
     count_own_context()

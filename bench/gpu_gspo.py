@@ -172,7 +172,7 @@ def load(size: str, backend: str, path: Path):
 
 
 class Timer:
-    """Accumulates wall time (CUDA-synchronized) of wrapped methods, per step."""
+    """Accumulates wall time (CUDA-synchronized) of wrapped methods, and their calls (`KEY_calls`), per step."""
 
     def __init__(self):
         self.totals: dict[str, float] = {}
@@ -190,6 +190,7 @@ class Timer:
             finally:
                 torch.cuda.synchronize()
                 self.totals[key] = self.totals.get(key, 0.0) + time.perf_counter() - start
+                self.totals[f"{key}_calls"] = self.totals.get(f"{key}_calls", 0) + 1
 
         setattr(obj, method, timed)
 
