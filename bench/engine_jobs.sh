@@ -41,7 +41,7 @@
 #   s51: issue 50 (2026-12-07, one H100): the decoding attention timed from CUDA graphs, then the 8B at 256 tokens,
 #        the 2B and 4B presets' shapes side by side with plain TRL (pass_tokens 6144 on vlrl's path); the thinking
 #        preset's pair and the 8B at 1,024 did not run (the session's device time ran out)
-#   s52: the next one, not yet run (see plan_s52)
+#   s52: the next one, not yet run (see plan_s52); s52a: its first measurement alone
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -335,6 +335,13 @@ plan_s52() {  # issue 50 (most telling first): the 8B at 256 tokens through vlrl
   side_by_side qwen35_2b_1536 vlrl --size qwen3.5-2b --bf16 --completion 1536 --generation-batch 8 --micro-batch 2
   side_by_side qwen35_4b_1536 vlrl --size qwen3.5-4b --bf16 --completion 1536 --generation-batch 8 --micro-batch 1
   side_by_side qwen35_9b_1536 vlrl-int8 --size qwen3.5-9b --completion 1536 --generation-batch 8 --micro-batch 1
+}
+
+plan_s52a() {  # plan s52's first measurement alone, for a session left with ~7 device-minutes: the 8B at 256 tokens
+  # through vlrl's path, a measured step each at pass_tokens 0, 6144 and 12288, with the training half's parts
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 --paths vlrl-int8 \
+    --pass-tokens-per-step 0 6144 12288 --warmup 1 --out $RESULTS/s52/passes > $RESULTS/passes_256.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
