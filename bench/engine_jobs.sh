@@ -41,7 +41,9 @@
 #   s51: issue 50 (2026-12-07, one H100): the decoding attention timed from CUDA graphs, then the 8B at 256 tokens,
 #        the 2B and 4B presets' shapes side by side with plain TRL (pass_tokens 6144 on vlrl's path); the thinking
 #        preset's pair and the 8B at 1,024 did not run (the session's device time ran out)
-#   s52: the next one, not yet run (see plan_s52); s52a: its first measurement alone
+#   s52: not run (see plan_s52); s52a: its first measurement alone
+#   s53: after the chunked loss scoring: the 8B at 256 tokens (plain TRL, then vlrl at three pass sizes), at 1,024 (vlrl at
+#        three pass sizes), then the update by rows, the 2B Crafter step (SDPA, FlexAttention), the thinking preset's pair
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -342,6 +344,24 @@ plan_s52a() {  # plan s52's first measurement alone, for a session left with ~7 
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   python3 bench/gpu_engine.py --size 8b --completion 256 --generation-batch 16 --micro-batch 4 --paths vlrl-int8 \
     --pass-tokens-per-step 0 6144 12288 --warmup 1 --out $RESULTS/s52/passes > $RESULTS/passes_256.log 2>&1
+}
+
+plan_s53() {  # issue 50 after the chunked loss scoring (vlrl.training.chunked_scoring): plain TRL at 256 tokens (a
+  # warm-up step, then one), then vlrl's path in one process a measured step each at pass_tokens 0, 6144 and 12288 (the
+  # training half's parts: PARTS), the same at 1,024 tokens at 0, 12288 and 24576 (passes of 4, 8 and 16 rows: what the
+  # logits no longer held whole let fit, each step's peak in its steps entry), then the rest of s52
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s53
+  local shape="--size 8b --generation-batch 16 --micro-batch 4"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 1 --warmup 1 --out $RESULTS/s53 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 0 6144 12288 \
+    --warmup 1 --out $RESULTS/s53/passes > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 0 12288 24576 \
+    --warmup 1 --out $RESULTS/s53/passes > $RESULTS/passes_1024.log 2>&1
+  python3 bench/gpu_update.py --completion 256 --bases int8 --out $RESULTS/s53/update > $RESULTS/update_256.log 2>&1
+  crafter_2b_step c2b-sdpa
+  (export VLRL_FLEX_ROWS=8; crafter_2b_step c2b-flex)
+  side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -187,6 +187,44 @@ def test_the_trainers_loss_is_trls_on_the_tiny_model(tiny_trainer, loss_type, co
 
 
 @pytest.mark.slow
+def test_the_loss_forward_scores_through_the_chunked_head_as_trls_full_logits_do(tiny_trainer):
+    """`vlrl.training.chunked_scoring`: the loss's forward (no `batch_size`) never builds [tokens x vocabulary]
+    logits, and gives TRL's full-logits numbers (log-probs, entropies, gradient) with the placeholders masked as the
+    full path masks them; a forward scored in chunks of rows (the old log-probs') stays TRL's."""
+    from vlrl.training import mismatch
+    from vlrl.training.trl_bridge import TrlHooks
+
+    trainer, batch = tiny_trainer
+    args = (torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1),
+            torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1), batch["completion_ids"].size(1))
+    fields = {key: batch.get(key) for key in SCORER_INPUTS}
+    head, params = trainer.model.get_output_embeddings(), [p for p in trainer.model.parameters() if p.requires_grad]
+    shapes = []
+    hook = head.register_forward_hook(lambda module, inputs, output: shapes.append(output.shape))
+    try:
+        with mismatch.masked(trainer.model, trainer.suppressed_token_ids):  # as RolloutMismatch scores the loss's
+            ours, our_entropies, _ = trainer.token_logps(trainer.model, *args, compute_entropy=True, **fields)
+            assert shapes == []  # the head's forward (the whole logits) never ran
+            theirs, their_entropies, _ = TrlHooks.token_logps(trainer, trainer.model, *args, compute_entropy=True,
+                                                              **fields)
+            assert len(shapes) == 1 and shapes[0][-1] == head.weight.shape[0]
+            rows, _ = trainer.token_logps(trainer.model, *args, batch_size=4, **fields)[:2]  # TRL's, 4 rows a chunk
+    finally:
+        hook.remove()
+    mask = batch["completion_mask"].bool()
+    assert ours.shape == theirs.shape == mask.shape and (ours[~mask] == 0).all()
+    torch.testing.assert_close(ours[mask], theirs[mask], rtol=0, atol=2e-5)
+    torch.testing.assert_close(our_entropies[mask], their_entropies[mask], rtol=1e-3, atol=1e-5)  # logged only
+    assert not our_entropies.requires_grad and len(shapes) == 3  # two chunks of 4 rows through TRL's full path
+    torch.testing.assert_close(rows[mask], theirs[mask].detach())
+    weights = torch.linspace(-1, 1, mask.numel()).view(mask.shape) * mask  # any loss of the log-probs
+    ours_grad = torch.autograd.grad((ours * weights).sum(), params)
+    theirs_grad = torch.autograd.grad((theirs * weights).sum(), params)
+    got, want = torch.cat([g.flatten() for g in ours_grad]), torch.cat([g.flatten() for g in theirs_grad])
+    assert want.norm() > 0 and (got - want).norm() <= 1e-4 * want.norm()  # float32 rounding of two summation orders
+
+
+@pytest.mark.slow
 def test_what_vlrls_loss_leaves_out_is_refused_when_the_trainer_is_built(tiny_dir, tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer

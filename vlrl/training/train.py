@@ -32,7 +32,7 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import lengths
 from vlrl.model.loading import backend_of
-from vlrl.training import dynamic_sampling, episode_trainer, loss, mismatch, passes, video_inputs
+from vlrl.training import chunked_scoring, dynamic_sampling, episode_trainer, loss, mismatch, passes, video_inputs
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.training.collapse import CollapseMonitor
 
@@ -106,7 +106,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
                             collapse_monitor=collapse)
         else:
             mixins = (passes.MergedPasses, mismatch.RolloutMismatch, dynamic_sampling.Redraws, loss.GspoLoss,
-                      video_inputs.VideoInputs)
+                      video_inputs.VideoInputs, chunked_scoring.ChunkedScoring)
             settings.update(pass_tokens=t.pass_tokens, watchers=(monitor, collapse, step_line),
                             rollout_decoding=rollout_decoding(config, model, processor, train_dataset, args,
                                                               fast_generation))
