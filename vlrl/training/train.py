@@ -32,7 +32,15 @@ from vlrl.episodes import rollout as episode_rollout
 from vlrl.grammar import rewards, thinking
 from vlrl.model import lengths
 from vlrl.model.loading import backend_of
-from vlrl.training import chunked_scoring, dynamic_sampling, episode_trainer, loss, mismatch, passes, video_inputs
+from vlrl.training import (
+    chunked_scoring,
+    dynamic_sampling,
+    episode_trainer,
+    loss,
+    mismatch,
+    passes,
+    video_inputs,
+)
 from vlrl.training.callbacks import DegenerationMonitor, JsonlLogger, StepLine, quiet_progress
 from vlrl.training.collapse import CollapseMonitor
 
