@@ -197,13 +197,15 @@ class Timer:
 
 def step_clock(timer: Timer, steps: list, report=None):
     """A trainer callback that appends each optimizer step's wall time (CUDA-synchronized), the `timer`'s totals
-    within it and the allocator's peaks to `steps`, then calls `report(steps)` if given."""
+    within it and the allocator's peaks in it (reset at each step's start: the run's are the steps' largest) to
+    `steps`, then calls `report(steps)` if given."""
     import torch
     from transformers import TrainerCallback
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, *a, **k):
             torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
             self.start, timer.totals = time.perf_counter(), {}
 
         def on_step_end(self, *a, **k):
