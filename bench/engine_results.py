@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from vlrl.config.runfile import preset, presets
 
 RESULTS = ROOT / "bench" / "results"
-SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07"}  # engine_runs.json keys -> the day their rows ran
+# engine_runs.json keys -> the day their rows ran; one day's keys in the order given (the sort below is stable)
+SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07"}
 PRESETS = {  # MathVista preset -> (gpu_engine.py --size, rows' weights): 4-bit bases decode on their int8 repack
     "qwen3-vl-2b-mathvista": ("2b", "bf16"), "qwen3-vl-4b-mathvista": ("4b", "bf16"),
     "qwen3-vl-8b-mathvista": ("8b", "nf4"), "qwen3-vl-8b-mathvista-testmini-seed": ("8b", "nf4"),
@@ -61,9 +62,32 @@ def gpu_presets() -> list[str]:
 
 
 def side_by_side_rows(runs: dict, key: str) -> list[dict]:
-    """gpu_engine.py's result rows packed at the top of one key (its subfolders are other settings' rows)."""
-    return [{**row, "file": name} for name, row in sorted(runs[key].items())
-            if "/" not in name and name.startswith("gspo_") and name.endswith(".json")]
+    """gpu_engine.py's result rows packed at the top of one key (its subfolders are other settings' rows), a row run
+    with --pass-tokens-per-step as one row per setting (`per_setting`)."""
+    return [setting for name, row in sorted(runs[key].items())
+            if "/" not in name and name.startswith("gspo_") and name.endswith(".json")
+            for setting in per_setting({**row, "file": name})]
+
+
+def per_setting(row: dict) -> list[dict]:
+    """A row whose measured steps each ran at another `pass_tokens` (gpu_engine.py --pass-tokens-per-step: one process,
+    the warm-up steps first) as one row per setting, its figures from that step alone (gpu_engine.run's, over one
+    step); any other row as it is."""
+    settings = [step.get("pass_tokens") for step in row["steps"]]
+    if None in settings:
+        return [row]
+    warmup = row.get("warmup", len(settings) - len(set(settings)))  # (rows before it was recorded: one step a setting)
+    rows = []
+    for step in row["steps"][warmup:]:
+        tokens, calls = 32 * row["mean_completion_tokens"], 32 // row["generation_batch"]
+        decode_ms = 1000 * step["generation_s"] / (calls * row["mean_completion_tokens"])
+        rows.append({**row, "pass_tokens": step["pass_tokens"], "steps": [*row["steps"][:warmup], step],
+                     "step_s": step["step_s"], "generation_s": step["generation_s"],
+                     "training_s": step["step_s"] - step["generation_s"], "completion_tokens_per_s": tokens / step["step_s"],
+                     "decode_ms_per_step": decode_ms, "decode_bound_share": row["bound_ms"] / decode_ms,
+                     "max_reserved_gib": step["max_reserved_gib"], "max_allocated_gib": step["max_allocated_gib"],
+                     "file": f"{row['file']}#pass_tokens={step['pass_tokens']}"})
+    return rows
 
 
 def entry(value: float, target: float | None, measured: str, gpu: str, raw: str, at_most: bool = False, **how) -> dict:
@@ -84,8 +108,10 @@ def shape_rows(rows: list[dict], name: str, length: int) -> tuple[dict | None, d
     t = preset(name).training
     same = [r for r in rows if (r["size"], r["completion"], r.get("weights", "nf4")) == (size, length, weights)]
     trl = next((r for r in same if r["path"] == "trl"), None)
-    vlrl = next((r for r in same if r["path"] != "trl" and r["generation_batch"] == t.generation_batch_size
-                 and r["micro_batch"] == t.per_device_train_batch_size), None)
+    ours = [r for r in same if r["path"] != "trl" and r["generation_batch"] == t.generation_batch_size
+            and r["micro_batch"] == t.per_device_train_batch_size]
+    # the row at the preset's own pass_tokens where the key has one, else its first at the shape
+    vlrl = next((r for r in ours if (r.get("pass_tokens") or 0) == t.pass_tokens), ours[0] if ours else None)
     return trl, vlrl
 
 

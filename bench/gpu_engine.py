@@ -178,7 +178,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
         "path": path, "input": inputs, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
         "generation_batch": 32 if path == "trl" else args.generation_batch,
         "micro_batch": 8 if path == "trl" else args.micro_batch, "pass_tokens": 0 if path == "trl" else args.pass_tokens,
-        "steps": steps, "step_s": step_s,
+        "steps": steps, "warmup": args.warmup, "step_s": step_s,
         "generation_s": gen_s, "training_s": step_s - gen_s, "mean_completion_tokens": mean_length,
         "completion_tokens_per_s": tokens / step_s, "decode_ms_per_step": decode_ms,
         "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,

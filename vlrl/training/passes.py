@@ -1,10 +1,9 @@
 """A single-turn run's micro-batches trained in fewer, larger forward passes: `[training] pass_tokens`.
 
 TRL trains a generation batch as `steps_per_generation` micro-batches of `per_device_train_batch_size` rows, one
-forward and backward each. At the 8B shape on an H200 (256 tokens) 32 completions took 7.96 s in 8 passes of 4 and
-3.87 s in 4 passes of 8 (micro-batch 8; bench/results/engine_runs.json `gspo_step`), while the rows a pass can hold
-are set by memory at the longest completions; merged here into passes of 8 (s51, an H100) they took 8.23 s, so the
-gain is not shown yet (docs/training.md). With `pass_tokens = N`, consecutive
+forward and backward each, and a pass costs about the same whatever its rows: at the 8B shape on one H200 (256
+tokens) the step's 32 completions trained in 8.49 s as 8 passes of 4, 5.66 s merged here into 4 of 8 and 3.17 s into
+2 of 16 (docs/training.md, plan s53), the rows a pass can hold set by memory. With `pass_tokens = N`, consecutive
 micro-batches of a generation batch whose padded tokens (rows x width) fit in N together are trained as one pass:
 their rows concatenated, the loss weighted so that the gradient is the same as theirs one by one (`pass_weight`: a
 reduction over rows divides by the pass's rows, so a pass of k micro-batches weighs k; dapo divides by the whole
