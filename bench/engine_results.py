@@ -86,7 +86,7 @@ def per_setting(row: dict) -> list[dict]:
                      "training_s": step["step_s"] - step["generation_s"], "completion_tokens_per_s": tokens / step["step_s"],
                      "decode_ms_per_step": decode_ms, "decode_bound_share": row["bound_ms"] / decode_ms,
                      "max_reserved_gib": step["max_reserved_gib"], "max_allocated_gib": step["max_allocated_gib"],
-                     "file": f"{row['file']}#pass_tokens={step['pass_tokens']}"})
+                     "file": f"{row['file']} (its step at pass_tokens {step['pass_tokens']})"})
     return rows
 
 

@@ -40,6 +40,24 @@ def test_a_row_pair_gives_the_ratio_the_update_ratio_and_the_decode_share(runs):
     assert er.shape_rows(rows, "qwen3-vl-8b-mathvista", 256)[1] is None  # 256 tokens: only micro4/'s 32 at once
 
 
+def test_a_row_of_steps_at_several_pass_sizes_is_a_row_per_size(runs):
+    """Plan s53's row (gpu_engine.py --pass-tokens-per-step: a warm-up step, then a step at pass_tokens 0, 6144 and
+    12288 in one process) is three rows, each with its own step's figures, and the 8B preset's pair at 256 tokens is
+    plain TRL's row with the one at the preset's pass_tokens (12,288): 2.71x, the update 0.96x of TRL's."""
+    rows = [r for r in er.side_by_side_rows(runs, "s53") if r["path"] != "trl"]
+    assert [r["pass_tokens"] for r in rows] == [0, 6144, 12288]
+    for row, step in zip(rows, runs["s53"]["gspo_8b_vlrl-int8_256_gen16.json"]["steps"][1:], strict=True):
+        assert (row["step_s"], row["max_reserved_gib"]) == (step["step_s"], step["max_reserved_gib"])
+        assert row["completion_tokens_per_s"] == 32 * 256 / step["step_s"] and len(row["steps"]) == 2  # warm-up + its own
+    assert rows[0]["training_s"] > 2.4 * rows[2]["training_s"]  # 8 passes of 4 against 2 of 16
+    trl, vlrl = er.shape_rows(er.side_by_side_rows(runs, "s53"), "qwen3-vl-8b-mathvista", 256)
+    assert vlrl["pass_tokens"] == er.preset("qwen3-vl-8b-mathvista").training.pass_tokens == 12288
+    found = er.pair_figures(trl, vlrl, "engine_runs.json#s53", "2026-12-07")
+    assert found["ratio_vs_plain_trl"]["value"] == 2.71 and found["update_ratio_vs_trl_256"]["value"] == 0.96
+    unscheduled = runs["s53"]["gspo_8b_trl_256_gen32.json"]
+    assert er.per_setting({**unscheduled, "file": "x"}) == [{**unscheduled, "file": "x"}]  # a row of one setting
+
+
 def test_projected_hours_of_a_single_turn_preset():
     """steps x the warm step + two evals (their batches, each batch as the batch's completions at the step's generation
     time per completion) + compiling (the first step less the warm one) + the process's time outside its steps."""
