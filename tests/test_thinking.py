@@ -134,13 +134,16 @@ def test_the_thinking_preset_is_the_8b_recipe_with_a_budget_that_leaves_room_for
     # bench/results/rehearsal.md), and train 2 completions a forward, not 4 (at 1,536 tokens 4 reserved 23.4 GiB on
     # the int8 base, 2 17.8: bench/results/engine.md), accumulating twice as many for the recipe's 32 a step; its
     # evals decode 16 at a time, not 32 (at 32 the baseline eval ran out of memory under a hard 23 GiB cap,
-    # bench/results/capped.md)
+    # bench/results/capped.md); and its passes stay the micro-batches (pass_tokens 0: the 8B's 12,288 was measured at
+    # 1,024 tokens, not at this shape: docs/training.md)
     assert changed == {("model", "name_or_path"), ("training", "max_completion_length"),
                        ("training", "generation_batch_size"), ("training", "per_device_train_batch_size"),
                        ("training", "gradient_accumulation_steps"), ("training", "thinking_budget"),
+                       ("training", "pass_tokens"),
                        ("eval", "max_new_tokens"), ("eval", "thinking_budget"), ("eval", "batch_size")}
     assert (thinker.eval.batch_size, instruct.eval.batch_size) == (16, 32)
     assert (thinker.training.generation_batch_size, instruct.training.generation_batch_size) == (8, 16)
+    assert (thinker.training.pass_tokens, instruct.training.pass_tokens) == (0, 12288)
     t = thinker.training
     assert t.per_device_train_batch_size * t.gradient_accumulation_steps == 32 and t.per_device_train_batch_size == 2
     assert thinker.model.name_or_path == "unsloth/Qwen3-VL-8B-Thinking-unsloth-bnb-4bit"
