@@ -77,9 +77,8 @@ def per_setting(row: dict) -> list[dict]:
     if None in settings:
         return [row]
     warmup = row.get("warmup", len(settings) - len(set(settings)))  # (rows before it was recorded: one step a setting)
-    rows = []
+    rows, tokens, calls = [], 32 * row["mean_completion_tokens"], 32 // row["generation_batch"]
     for step in row["steps"][warmup:]:
-        tokens, calls = 32 * row["mean_completion_tokens"], 32 // row["generation_batch"]
         decode_ms = 1000 * step["generation_s"] / (calls * row["mean_completion_tokens"])
         rows.append({**row, "pass_tokens": step["pass_tokens"], "steps": [*row["steps"][:warmup], step],
                      "step_s": step["step_s"], "generation_s": step["generation_s"],

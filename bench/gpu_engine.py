@@ -160,8 +160,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_and_score"), "generate_and_score_s")
     timer.wrap(trainer, "training_step", "passes_s")
     timer.wrap(trainer, trl_bridge.method_name(trainer, "token_logps"), "token_logps_s")
-    torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    trainer.train()  # step_clock resets the allocator's peaks at each step's start
     logs = trainer.state.log_history
     lengths = [r["completions/mean_length"] for r in logs if "completions/mean_length" in r]
     kl = [r["sampling/rollout_train_kl"] for r in logs if "sampling/rollout_train_kl" in r]

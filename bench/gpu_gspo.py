@@ -220,8 +220,6 @@ def step_clock(timer: Timer, steps: list, report=None):
 
 
 def bench_train(args, model, processor, bandwidth: float, correction: str = "off") -> dict:
-    import torch
-
     from vlrl.base import synthetic
     from vlrl.config import runfile as cfg
     from vlrl.model import prompts
@@ -248,8 +246,7 @@ def bench_train(args, model, processor, bandwidth: float, correction: str = "off
                                   fast_generation=args.fast_generation, callbacks=[step_clock(timer, steps)])
     timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
     timer.wrap(trainer, trl_bridge.method_name(trainer, "score_rewards"), "reward_s")
-    torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    trainer.train()  # step_clock resets the allocator's peaks at each step's start
     lengths = [r.get("completions/mean_length") for r in trainer.state.log_history if "completions/mean_length" in r]
     cut = [r["thinking/cut_rate"] for r in trainer.state.log_history if "thinking/cut_rate" in r]
     mismatch = [{k: r[k] for k in r if k.startswith("sampling/")} for r in trainer.state.log_history

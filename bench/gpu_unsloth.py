@@ -134,8 +134,7 @@ def measure(path: str, model, processor, length: int, steps: int, warmup: int, o
 
     timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
     torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    trainer.train()
+    trainer.train()  # step_clock resets the allocator's peaks at each step's start
     logs = trainer.state.log_history
     pick = lambda key: [r[key] for r in logs if key in r]
     measured = clock[warmup:] or clock

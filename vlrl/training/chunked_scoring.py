@@ -66,8 +66,5 @@ class ChunkedScoring:
                                        autocast=self.accelerator.autocast, compute_entropy=entropy,
                                        chunked=self.chunked_logps)
 
-        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward (DDP's hooks, FSDP's gathers)
-            logps, entropies = self.through_wrapper(model, unwrapped, score, unwrapped)
-        else:
-            logps, entropies = score(unwrapped)
+        logps, entropies = self.on_unwrapped(model, score)
         return logps, None if entropies is None else entropies.detach(), None

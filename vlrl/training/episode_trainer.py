@@ -242,10 +242,7 @@ class EpisodeRollouts:
                                        suppressed=self.suppressed_token_ids, autocast=self.accelerator.autocast,
                                        compute_entropy=compute_entropy, chunked=self.chunked_logps)
 
-        unwrapped = self.accelerator.unwrap_model(model)
-        if model is not unwrapped or self.is_fsdp_enabled:  # through the wrapper's forward (DDP's hooks, FSDP's
-            return self.through_wrapper(model, unwrapped, score, unwrapped)  # gathers), as TRL's own chunked path
-        return score(unwrapped)
+        return self.on_unwrapped(model, score)
 
     # --- one rollout ------------------------------------------------------------------------------------------------
 

@@ -263,13 +263,15 @@ class TrlHooks:
               self._dist.summon_full_params(self.model_wrapped, recurse=False)):
             yield policy
 
-    @staticmethod
-    def through_wrapper(model, unwrapped, function, *args):
-        """`function(*args)` run inside `model`'s (DDP's, FSDP's) forward, so its hooks and gathers apply, as TRL's
-        own chunked scoring enters a wrapped model."""
+    def on_unwrapped(self, model, function):
+        """`function(the unwrapped model)`, run inside `model`'s (DDP's, FSDP's) forward where it is wrapped, so its
+        hooks and gathers apply, as TRL's own chunked scoring enters a wrapped model."""
         from trl.models.utils import _ForwardRedirection
 
-        return _ForwardRedirection()(model, unwrapped, function, *args)
+        unwrapped = self.accelerator.unwrap_model(model)
+        if model is not unwrapped or self.is_fsdp_enabled:
+            return _ForwardRedirection()(model, unwrapped, function, unwrapped)
+        return function(unwrapped)
 
 
 def method_name(trainer, job: str) -> str:
