@@ -49,8 +49,11 @@ class Group:
         self.lora_a = self.lora_b = None
         self.active = False
         self.pending = None  # the followers' outputs, between the first member's call and theirs
-        for index, member in enumerate(members):
-            member.forward = functools.partial(_member_forward, self, index, member.forward)
+        # each member's grouped forward, made once (a compiled decode's graph guards on its identity) and set on the
+        # member only while the group is on: outside a decode the members run their class's forward, so the
+        # compiled training layers (`vlrl.training.compiled_layers`) see no per-layer object and share one graph
+        self.forwards = [functools.partial(_member_forward, self, index, member.forward)
+                         for index, member in enumerate(members)]
 
     def start(self) -> bool:
         """Readies the group for a decode: False (it stays off) where PEFT would not compute every member with its
@@ -72,11 +75,15 @@ class Group:
             self.lora_a[col:col + rank].copy_(wa)
             self.lora_b[row:row + size, col:col + rank].copy_(wb)
             row, col = row + size, col + rank
+        for member, forward in zip(self.members, self.forwards):
+            member.forward = forward
         self.active = True
         return True
 
     def stop(self) -> None:
         self.active, self.pending = False, None
+        for member in self.members:
+            member.__dict__.pop("forward", None)
 
     def compute(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Every member's output for `x`, as PEFT's forward of each would give it."""
