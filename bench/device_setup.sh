@@ -8,6 +8,10 @@
 #   mkdir -p .rehearsal && echo /.rehearsal/ >> .git/info/exclude
 #   tar -cJf .rehearsal/llama_cpp_python.tar.xz -C .venv/lib/python3.11/site-packages llama_cpp llama_cpp_python-0.3.36.dist-info
 #   tar -cJf .rehearsal/llama_converters.tar.xz -C .cache/vlrl llama.cpp-0.3.36
+# gemlite (the int8 decoding kernels) is an sdist too: `pip wheel --no-deps gemlite==0.6.0.post2 -w .whl`. Without
+# it the packed base decodes through its dequantized weight at about half the speed (plan s53 ran so, unnoticed):
+# refuse to measure that way
+ls .whl/gemlite-*.whl > /dev/null 2>&1 || { echo "no gemlite wheel in .whl: see bench/device_setup.sh"; exit 1; }
 if [ ! -f /tmp/site/.vlrl-installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "wheel install failed"; exit 1; }

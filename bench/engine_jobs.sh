@@ -44,6 +44,9 @@
 #   s52: not run (see plan_s52); s52a: its first measurement alone
 #   s53: after the chunked loss scoring: the 8B at 256 tokens (plain TRL, then vlrl at three pass sizes), at 1,024 (vlrl at
 #        three pass sizes), then the update by rows, the 2B Crafter step (SDPA, FlexAttention), the thinking preset's pair
+#   s54: the update pass by rows with the decoder layers compiled and not, then the 8B at 256 tokens (plain TRL, vlrl)
+#   s55: after the compiled decoder layers, gemlite back: the 8B at 256 (TRL, vlrl at two pass sizes), the 2B Crafter
+#        step, the 8B at 1,024, the 8B at 256 with eager layers
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -362,6 +365,36 @@ plan_s53() {  # issue 50 after the chunked loss scoring (vlrl.training.chunked_s
   crafter_2b_step c2b-sdpa
   (export VLRL_FLEX_ROWS=8; crafter_2b_step c2b-flex)
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
+}
+
+plan_s54() {  # issue 50 point 2: the update pass by rows on the int8 base with the language model's decoder layers
+  # eager and compiled (bench/gpu_update.py --compiled both), then the 8B at 256 tokens again (plain TRL, vlrl at the
+  # preset's pass_tokens 12288): the decoding rate on another machine than s53's
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s54
+  python3 bench/gpu_update.py --completion 256 --bases int8 --compiled both --rows 1 4 8 16 --out $RESULTS/s54/update \
+    > $RESULTS/update_256.log 2>&1
+  local shape="--size 8b --generation-batch 16 --micro-batch 4"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 1 --warmup 1 --out $RESULTS/s54 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 \
+    --warmup 1 --out $RESULTS/s54/passes > $RESULTS/passes_256.log 2>&1
+}
+
+plan_s55() {  # issue 50 after the compiled decoder layers ([training] compiled_layers, on by default) with gemlite's
+  # wheel back in .whl (s53-s54 decoded through the dequantized weight): the 8B at 256 tokens (plain TRL, then vlrl at
+  # pass_tokens 12288 and 24576), the 2B Crafter step (the episode trainer's passes compiled too), the 8B at 1,024
+  # (vlrl at 12288), then the 8B at 256 with the layers eager (the same step, layers as TRL runs them)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s55
+  local shape="--size 8b --generation-batch 16 --micro-batch 4"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 1 --warmup 1 --out $RESULTS/s55 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
+    --warmup 1 --out $RESULTS/s55/passes > $RESULTS/passes_256.log 2>&1
+  crafter_2b_step c2b-compiled
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 \
+    --warmup 1 --out $RESULTS/s55/passes > $RESULTS/passes_1024.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s55/eager > $RESULTS/eager_256.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -111,6 +111,7 @@ def vlrl_trainer(args, policy, processor, data, out: Path):
     t.num_generations, t.generation_batch_size = 4, args.generation_batch
     t.max_completion_length, t.max_steps, t.learning_rate = args.completion, args.steps + args.warmup, 5e-6
     t.pass_tokens = args.pass_tokens  # [training] pass_tokens: micro-batches merged into passes of this many tokens
+    t.compiled_layers = args.compiled_layers  # [training] compiled_layers: the decoder layers' training forwards
     t.save_steps, t.logging_steps = 10_000, 1
     config.data.max_prompt_tokens = 512 if args.inputs == ["1-image"] else 1024  # a 512x512 picture: 256 tokens
     return train.build_trainer(config, policy, processor, data, out)
@@ -152,7 +153,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
                                            + args.pass_tokens_per_step))
     trainer.add_callback(step_clock(timer, steps, lambda done: say(
         f"{path}: step {len(done)} {done[-1]['step_s']:.1f} s (generation {done[-1].get('generation_s', 0):.1f} s)")))
-    from vlrl.training import trl_bridge
+    from vlrl.training import compiled_layers, trl_bridge
 
     timer.wrap(trainer, trl_bridge.method_name(trainer, "generate_rollouts"), "generation_s")
     # the training half's parts (issue 50 point 2): scoring around the generation (rewards, any extra forward), the
@@ -184,6 +185,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
         "memory_cap_gib": CAP[0] or None, "pid": os.getpid(), "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
+        "compiled_layers": compiled_layers.eager_decoder_layers(policy) if path != "trl" else 0,
         "torch": torch.__version__, "wall_s": time.time() - START,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
@@ -214,6 +216,8 @@ def main() -> None:
     p.add_argument("--generation-batch", type=int, default=16)
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--pass-tokens", type=int, default=0, help="vlrl's [training] pass_tokens (0: a pass a micro-batch)")
+    p.add_argument("--compiled-layers", type=int, choices=(0, 1), default=1,
+                   help="vlrl's [training] compiled_layers (1, its default: the decoder layers' training forwards compiled)")
     p.add_argument("--pass-tokens-per-step", type=int, nargs="+", default=[],
                    help="vlrl's path only: one measured step at each of these pass_tokens, in one process (the warm-up "
                         "steps at the first); sets --steps")

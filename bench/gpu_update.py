@@ -30,6 +30,18 @@ from gpu_gspo import build_checkpoint
 ROWS = (1, 2, 4, 8)
 
 
+def compile_text_layers(policy) -> int:
+    """Each decoder layer of the language model compiled (inductor, no CUDA graphs): gradient checkpointing then runs
+    the compiled forward twice and AOTAutograd's backward once. Returns how many layers."""
+    import torch
+
+    layers = [m for m in policy.modules() if type(m).__name__.endswith("TextDecoderLayer")]
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    for layer in layers:
+        layer.compile()
+    return len(layers)
+
+
 def batch(processor, rows: int, completion: int):
     """`rows` copies of one 512x512 picture's prompt with `completion` sampled-looking token ids after it."""
     import torch
@@ -57,15 +69,17 @@ def one_pass(model, inputs: dict, completion: int) -> None:
     (-logps.mean()).backward()
 
 
-def measure(base: str, checkpoint: Path, completion: int) -> dict:
+def measure(base: str, checkpoint: Path, completion: int, compiled: bool = False, rows_list=ROWS) -> dict:
     import torch
 
     policy, processor, _, _ = load(checkpoint, "int8" if base == "int8" else None)
     policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.enable_input_require_grads()
     policy.train()
+    if compiled:
+        say(f"{base}: {compile_text_layers(policy)} decoder layers compiled")
     seconds = {}
-    for rows in ROWS:
+    for rows in rows_list:
         inputs, times = batch(processor, rows, completion), []
         for _ in range(3):  # the first is a warm-up
             torch.cuda.synchronize()
@@ -75,7 +89,7 @@ def measure(base: str, checkpoint: Path, completion: int) -> dict:
             times.append(time.perf_counter() - start)
         seconds[rows] = min(times[1:])
         say(f"{base}: {rows} rows x {inputs['input_ids'].shape[1]} tokens: {seconds[rows]:.3f} s a pass")
-    n, xs, ys = len(ROWS), list(ROWS), [seconds[r] for r in ROWS]
+    n, xs, ys = len(rows_list), list(rows_list), [seconds[r] for r in rows_list]
     slope = (n * sum(x * y for x, y in zip(xs, ys)) - sum(xs) * sum(ys)) / (n * sum(x * x for x in xs) - sum(xs) ** 2)
     fixed = (sum(ys) - slope * sum(xs)) / n
     inputs = batch(processor, 4, completion)
@@ -86,19 +100,20 @@ def measure(base: str, checkpoint: Path, completion: int) -> dict:
         torch.cuda.synchronize()
     wall_ms = 1000 * (time.perf_counter() - start)
     table = prof.key_averages()
-    top = lambda key: [{"name": e.key[:120], "ms": round(getattr(e, key) / 1000, 2), "calls": e.count}
-                       for e in sorted(table, key=lambda e: -getattr(e, key))[:25]]
+    top = lambda key, n=25: [{"name": e.key[:120], "ms": round(getattr(e, key) / 1000, 2), "calls": e.count}
+                             for e in sorted(table, key=lambda e: -getattr(e, key))[:n]]
     # dispatch-bound or not: the pass's wall time (under the profiler) against the time the GPU spent in kernels,
     # and how many aten ops the host dispatched (the tiny model's 2-layer pass takes ~5,600 at 4 rows)
     busy_ms = sum(e.self_device_time_total for e in table) / 1000
     aten_calls = sum(e.count for e in table if e.key.startswith("aten::"))
     del policy
     torch.cuda.empty_cache()
-    return {"base": base, "completion": completion, "prompt_and_completion_tokens": inputs["input_ids"].shape[1],
+    return {"base": base, "compiled_layers": compiled, "completion": completion, "prompt_and_completion_tokens": inputs["input_ids"].shape[1],
             "seconds_per_pass": seconds, "fixed_s": round(fixed, 3), "per_row_s": round(slope, 4),
             "profiled_pass": {"rows": 4, "wall_ms": round(wall_ms, 1), "gpu_kernels_ms": round(busy_ms, 1),
                               "aten_calls": aten_calls},
             "cuda_top": top("device_time_total"), "cpu_top": top("cpu_time_total"),
+            "cuda_self_top": top("self_device_time_total", 40), "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
 
 
@@ -108,15 +123,19 @@ def main() -> None:
     p.add_argument("--bases", nargs="+", default=["int8", "nf4"])
     p.add_argument("--checkpoints", default="/tmp/vlrl-bench")
     p.add_argument("--out", default="bench/results/update")
+    p.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
+    p.add_argument("--compiled", choices=("no", "yes", "both"), default="no",
+                   help="the language model's decoder layers compiled (yes), eager (no), or each in turn (both)")
     args = p.parse_args()
     checkpoint = build_checkpoint("8b", Path(args.checkpoints))
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    for base in args.bases:
-        result = measure(base, checkpoint, args.completion)
-        (Path(args.out) / f"update_{base}_{args.completion}.json").write_text(json.dumps(result, indent=1))
-        print("RESULT", base, json.dumps({k: result[k] for k in ("seconds_per_pass", "fixed_s", "per_row_s",
-                                                                "profiled_pass")}),
-              flush=True)
+    modes = {"no": [False], "yes": [True], "both": [False, True]}[args.compiled]
+    for base, compiled in [(base, compiled) for base in args.bases for compiled in modes]:
+        result = measure(base, checkpoint, args.completion, compiled, tuple(args.rows))
+        name = f"update_{base}{'_compiled' if compiled else ''}_{args.completion}.json"
+        (Path(args.out) / name).write_text(json.dumps(result, indent=1))
+        shown = {k: result[k] for k in ("seconds_per_pass", "fixed_s", "per_row_s", "profiled_pass", "peak_gib")}
+        print("RESULT", base, "compiled" if compiled else "eager", json.dumps(shown), flush=True)
 
 
 if __name__ == "__main__":
