@@ -47,6 +47,8 @@
 #   s54: the update pass by rows with the decoder layers compiled and not, then the 8B at 256 tokens (plain TRL, vlrl)
 #   s55: after the compiled decoder layers, gemlite back: the 8B at 256 (TRL, vlrl at two pass sizes), the 2B Crafter
 #        step, the 8B at 1,024, the 8B at 256 with eager layers
+#   s56: not run yet (next session): s55 again with every layer compiled, the eager-layers step, the 8B at 1,024
+#        beside plain TRL, the 2B Crafter step, the thinking preset's pair
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -395,6 +397,25 @@ plan_s55() {  # issue 50 after the compiled decoder layers ([training] compiled_
     --warmup 1 --out $RESULTS/s55/passes > $RESULTS/passes_1024.log 2>&1
   python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 \
     --compiled-layers 0 --warmup 1 --out $RESULTS/s55/eager > $RESULTS/eager_256.log 2>&1
+}
+
+plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after s55), most telling first: the 8B at
+  # 256 tokens (plain TRL, then vlrl at 12288 and 24576, then the same with the layers eager), the 8B at 1,024 (plain
+  # TRL's one step, vlrl at 12288), the 2B Crafter step, the thinking preset's pair
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s56
+  local shape="--size 8b --generation-batch 16 --micro-batch 4"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 1 --warmup 1 --out $RESULTS/s56 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
+    --warmup 1 --out $RESULTS/s56 > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s56/eager > $RESULTS/eager_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s56 \
+    > $RESULTS/8b_1024_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 \
+    --warmup 1 --out $RESULTS/s56 > $RESULTS/passes_1024.log 2>&1
+  crafter_2b_step c2b-compiled
+  side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -138,3 +138,13 @@ def test_a_compile_that_fails_leaves_the_layers_eager_with_a_warning(monkeypatch
     with pytest.warns(UserWarning, match="compiling Qwen3VLTextDecoderLayer's training forward failed"):
         assert torch.equal(stack(x), expected)  # the first layer's failure: both run eager, the step goes on
     assert torch.equal(stack(x), expected)
+
+
+def test_a_run_switches_its_layers_on_one_process_of_the_transformers_backend_only(policy, monkeypatch):
+    switched = []
+    monkeypatch.setattr(compiled_layers, "compile_decoder_layers", lambda model: switched.append(model) or 2)
+    assert compiled_layers.for_run(policy, False) == 0 and not switched  # [training] compiled_layers = false
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert compiled_layers.for_run(policy, True) == 0 and not switched  # a launch of several processes
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert compiled_layers.for_run(policy, True) == 2 and switched == [policy]

@@ -29,7 +29,7 @@ from vlrl.config.runfile import RunConfig
 from vlrl.evaluation import compare, pictures, sharded_eval
 from vlrl.model import lengths, pixel_budget, prompts
 from vlrl.model import loading as model
-from vlrl.training import train, warmstart
+from vlrl.training import compiled_layers, train, warmstart
 
 
 def banner(text: str, log=print) -> None:
@@ -73,12 +73,16 @@ def set_budget(config: RunConfig, processor, log=print) -> None:
 
 
 def wrap_lora(config: RunConfig, base):
-    """`base` LoRA-wrapped as [model] says: the language model adapted, the vision tower frozen unless asked."""
+    """`base` LoRA-wrapped as [model] says: the language model adapted, the vision tower frozen unless asked; on one
+    CUDA GPU its decoder layers set to compile their training forwards (`[training] compiled_layers`), before any
+    decoding."""
     m = config.model
-    return model.add_lora(base, model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
-                                                   train_projector=m.train_projector, targets=m.lora_targets,
-                                                   seed=config.training.seed),
-                          finetune_vision_layers=m.finetune_vision_layers, backend=model.choose_backend(m.backend))
+    policy = model.add_lora(base, model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
+                                                     train_projector=m.train_projector, targets=m.lora_targets,
+                                                     seed=config.training.seed),
+                            finetune_vision_layers=m.finetune_vision_layers, backend=model.choose_backend(m.backend))
+    compiled_layers.for_run(policy, config.training.compiled_layers)
+    return policy
 
 
 def load_policy(config: RunConfig, log=print):

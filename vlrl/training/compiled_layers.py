@@ -30,6 +30,19 @@ _SUBCLASSES: dict[type, type] = {}
 _FAILED: set[type] = set()  # classes whose compile failed: eager for the rest of the process
 
 
+def for_run(model, enabled: bool) -> int:
+    """`[training] compiled_layers` = `enabled` applied to a run's policy: its layers switched where they can be (one
+    process, the transformers backend, a CUDA GPU); returns how many. Called at load, before any decoding (a
+    compiled decoding graph guards on its layers' class, so a switch after the baseline eval would compile every
+    decoding graph again), and again by `vlrl.training.train.build_trainer` for a trainer built directly."""
+    from vlrl.base import distributed
+    from vlrl.model.loading import backend_of
+
+    if not enabled or distributed.world_size() > 1 or backend_of(model) != "transformers":
+        return 0
+    return compile_decoder_layers(model)
+
+
 def compile_decoder_layers(model, *, cuda_only: bool = True) -> int:
     """Switch `model`'s decoder layers (LAYER_CLASSES, none over a bitsandbytes module) to compiled forwards for
     cache-free calls; returns how many layers take it (0 on a CPU with `cuda_only`, or for a model with none of those

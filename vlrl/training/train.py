@@ -107,8 +107,7 @@ def build_trainer(config: RunConfig, model, processor, train_dataset, run: str |
     from vlrl.training import trl_bridge  # checks the TRL installed for what vlrl's mixins hook
 
     if transformers_backend:
-        if t.compiled_layers and args.world_size == 1:  # one CUDA GPU (a no-op on a CPU; several processes not
-            compiled_layers.compile_decoder_layers(model)  # measured with it yet); Unsloth's backend compiles its own
+        compiled_layers.for_run(model, t.compiled_layers)  # one CUDA GPU: the layers' training forwards compiled
         settings = {"importance_sampling_correction": t.importance_sampling_correction,
                     "importance_sampling_cap": t.importance_sampling_cap, "dynamic_sampling": t.dynamic_sampling}
         if config.env.name:
