@@ -75,7 +75,7 @@ def set_budget(config: RunConfig, processor, log=print) -> None:
 def wrap_lora(config: RunConfig, base):
     """`base` LoRA-wrapped as [model] says: the language model adapted, the vision tower frozen unless asked; on one
     CUDA GPU its decoder layers set to compile their training forwards (`[training] compiled_layers`), before any
-    decoding."""
+    decoding (a 4-bit base's once `pack_base` has repacked it)."""
     m = config.model
     policy = model.add_lora(base, model.LoraSettings(r=m.lora_r, alpha=m.lora_alpha, dropout=m.lora_dropout,
                                                      train_projector=m.train_projector, targets=m.lora_targets,
@@ -112,6 +112,7 @@ def pack_base(config: RunConfig, policy, log=print):
 
     report = pack_for_decoding(policy, m.decode_format)
     log(f"decoding weights: {report.get('format')} through {report.get('backend')} ({report.get('reason', '')})")
+    compiled_layers.for_run(policy, config.training.compiled_layers)  # off bitsandbytes' layers, they qualify now
     return policy
 
 

@@ -15,8 +15,9 @@ run's passes of different widths and rows share a graph (a few graphs a run: wit
 mask or none). On one CUDA GPU and the transformers backend only: on a CPU compiling costs more than it saves,
 Unsloth compiles its own layers, and runs of several processes (DDP, FSDP's wrapped layers) keep them eager until
 measured so. Qwen3-VL's dense text layers over bf16 or int8-packed weights (measured); other families' layers and
-layers over bitsandbytes' own 4-bit or 8-bit modules stay eager until measured. Should compiling fail on some model
-all the same, its layers go back to eager with a warning, and training goes on.
+layers over bitsandbytes' own 4-bit or 8-bit modules stay eager until measured. Should compiling a forward fail on
+some model all the same, its layers go back to eager with a warning, and training goes on (AOTAutograd compiles the
+backward at the first backward pass, outside that guard).
 """
 
 from __future__ import annotations
