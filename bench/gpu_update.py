@@ -9,9 +9,12 @@ gradient checkpointing on as TRL sets it) at 1, 2, 4 and 8 rows, fits seconds = 
 one pass of 4 rows (the CUDA kernels and CPU ops that take the most time, the GPU's kernel time against the pass's wall
 time, and the aten ops the host dispatched). The lead it tests: a pass costs about the same at 4 rows as at 8 because
 the host dispatches its ops slower than an H200 runs them (the tiny model's 2-layer pass is ~5,600 aten ops at 4 rows;
-the 8B's 36 layers and 27 vision blocks would be tens of thousands, at several microseconds each).
+the 8B's 36 layers and 27 vision blocks would be tens of thousands, at several microseconds each). It held (plan s53:
+58,942 ops at 4 rows), and `--compiled both` times the same passes with the decoder layers eager and compiled as a
+run compiles them (`vlrl.training.compiled_layers`; plan s54: 1.6-2.4x faster a pass).
 
     python bench/gpu_update.py --completion 256 --out $OUT/update     # one JSON per base: update_<base>_<tokens>.json
+    python bench/gpu_update.py --completion 256 --bases int8 --compiled both --rows 1 4 8 16 --out $OUT/update
 """
 
 from __future__ import annotations
@@ -28,18 +31,6 @@ from gpu_engine import dataset, load, say
 from gpu_gspo import build_checkpoint
 
 ROWS = (1, 2, 4, 8)
-
-
-def compile_text_layers(policy) -> int:
-    """Each decoder layer of the language model compiled (inductor, no CUDA graphs): gradient checkpointing then runs
-    the compiled forward twice and AOTAutograd's backward once. Returns how many layers."""
-    import torch
-
-    layers = [m for m in policy.modules() if type(m).__name__.endswith("TextDecoderLayer")]
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-    for layer in layers:
-        layer.compile()
-    return len(layers)
 
 
 def batch(processor, rows: int, completion: int):
@@ -76,8 +67,10 @@ def measure(base: str, checkpoint: Path, completion: int, compiled: bool = False
     policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.enable_input_require_grads()
     policy.train()
-    if compiled:
-        say(f"{base}: {compile_text_layers(policy)} decoder layers compiled")
+    if compiled:  # as a run switches them ([training] compiled_layers); plan s54 timed each layer's own .compile()
+        from vlrl.training.compiled_layers import compile_decoder_layers
+
+        say(f"{base}: {compile_decoder_layers(policy)} decoder layers compiled")
     seconds = {}
     for rows in rows_list:
         inputs, times = batch(processor, rows, completion), []
