@@ -148,3 +148,38 @@ def test_a_run_switches_its_layers_on_one_process_of_the_transformers_backend_on
     assert compiled_layers.for_run(policy, True) == 0 and not switched  # a launch of several processes
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert compiled_layers.for_run(policy, True) == 2 and switched == [policy]
+
+
+@pytest.mark.slow
+def test_a_gspo_step_with_compiled_layers_moves_the_adapter_as_the_eager_one(tiny_dir, tmp_path, monkeypatch):
+    """The whole single-turn step (the engine's rollouts, rewards, merged passes scored through the chunked head,
+    the optimizer) with the layers compiled, on the CPU: the adapter after one optimizer step is the eager run's."""
+    import functools
+
+    from vlrl.config import runfile as cfg
+    from vlrl.training import train
+
+    def one_step(name: str) -> dict:
+        config = cfg.preset("tiny")
+        for key, value in {"max_steps": 1, "save_steps": 1, "max_completion_length": 16, "pass_tokens": 4096,
+                           "warmup_steps": 0}.items():  # no warm-up: the one step moves the adapter
+            setattr(config.training, key, value)
+        torch.manual_seed(0)
+        policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
+        rows = prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64))
+        train.train(config, policy, processor, rows, tmp_path / name, log=lambda *_: None)
+        switched = compiled_layers.eager_decoder_layers(policy)
+        return switched, {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" in n}
+
+    switched, eager = one_step("eager")
+    assert switched == 0  # on a CPU a run leaves its layers eager
+    real = compiled_layers.compile_decoder_layers
+    monkeypatch.setattr(compiled_layers, "compile_decoder_layers", functools.partial(real, cuda_only=False))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    switched, compiled = one_step("compiled")
+    assert switched == 2 and torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the layers ran compiled
+    moved = [n for n in eager if "lora_B" in n and torch.count_nonzero(eager[n])]
+    assert moved, "the eager step left every lora_B at zero"
+    for name in eager:
+        assert torch.allclose(eager[name], compiled[name], rtol=1e-3, atol=1e-6), name
