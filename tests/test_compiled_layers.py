@@ -183,3 +183,47 @@ def test_a_gspo_step_with_compiled_layers_moves_the_adapter_as_the_eager_one(tin
     assert moved, "the eager step left every lora_B at zero"
     for name in eager:
         assert torch.allclose(eager[name], compiled[name], rtol=1e-3, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_an_episode_micro_batch_in_passes_scores_through_the_compiled_layers_as_eager(tiny_base_dir, tmp_path):
+    """An episode run's passes (a pass per turn: widths and pictures differ) through the compiled layers: the loss
+    and the adapters' gradient of the eager layers."""
+    from vlrl.config import runfile as cfg
+    from vlrl.episodes.rollout import play
+    from vlrl.training import episode_trainer, train
+
+    base, processor = model.load_model(str(tiny_base_dir), backend="transformers")
+    policy = model.add_lora(base, model.LoraSettings(r=8, alpha=16))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02, generator=torch.Generator().manual_seed(2))
+    config = cfg.preset("grid-tiny", overrides=["training.per_device_train_batch_size=4", "training.num_generations=4",
+                                                "env.max_turns=2", "env.options={size=3, difficulty=1, max_turns=2}"])
+    built = train.build_trainer(config, policy, processor, episode_trainer.seed_dataset([1_000_000]), tmp_path,
+                                log=lambda *_: None)
+    torch.manual_seed(1)
+    rows = episode_trainer.turn_rows(play(policy, processor, built.make_env, [0, 0], built.play_settings), [1.0, -0.5])
+    built.current_gradient_accumulation_steps, built.pass_tokens = 1, 1  # a pass a turn
+    policy.train()
+    params = [p for p in policy.parameters() if p.requires_grad]
+
+    def loss_and_gradient():
+        micro = built._micro_batches(rows)[0]
+        assert len(micro["passes"]) > 1
+        loss = built.compute_loss(policy, micro)
+        loss.backward()
+        gradient = torch.cat([p.grad.flatten() for p in params])
+        for p in params:
+            p.grad = None
+        return loss.item(), gradient
+
+    eager = loss_and_gradient()
+    assert compiled_layers.compile_decoder_layers(policy, cuda_only=False) == 2
+    try:
+        compiled = loss_and_gradient()
+    finally:
+        compiled_layers.eager_decoder_layers(policy)
+    assert compiled[0] == pytest.approx(eager[0], abs=1e-6)
+    assert eager[1].norm() > 0 and (compiled[1] - eager[1]).norm() <= 1e-4 * eager[1].norm()
