@@ -74,11 +74,14 @@ def _compiled_class(cls: type) -> type:
     if cls not in _SUBCLASSES:
         from torch._dynamo.exc import TorchDynamoException
         from torch._inductor.exc import InductorError
+        from transformers.cache_utils import Cache
 
         compiled = torch.compile(cls.forward, dynamic=True)
 
         def forward(self, *args, **kwargs):
-            if cls not in _FAILED and kwargs.get("past_key_values") is None and not torch.compiler.is_compiling():
+            # a KV cache (`past_key_values` in transformers 5.17, `cache` in 5.24): a decode, or a prefill into one
+            cached = any(isinstance(value, Cache) for value in (*args, *kwargs.values()))
+            if cls not in _FAILED and not cached and not torch.compiler.is_compiling():
                 try:
                     return compiled(self, *args, **kwargs)
                 except (TorchDynamoException, InductorError) as error:
