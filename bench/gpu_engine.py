@@ -185,7 +185,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
         "memory_cap_gib": CAP[0] or None, "pid": os.getpid(), "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
-        "compiled_layers": compiled_layers.eager_decoder_layers(policy) if path != "trl" else 0,
+        "compiled_layers": compiled_layers.switched_layers(policy),
         "torch": torch.__version__, "wall_s": time.time() - START,
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ run compiles them (`vlrl.training.compiled_layers`; plan s54: 1.6-2.4x faster a 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -63,6 +64,7 @@ def one_pass(model, inputs: dict, completion: int) -> None:
 def measure(base: str, checkpoint: Path, completion: int, compiled: bool = False, rows_list=ROWS) -> dict:
     import torch
 
+    torch.cuda.reset_peak_memory_stats()  # each mode's own peak (`--compiled both` measures two in one process)
     policy, processor, _, _ = load(checkpoint, "int8" if base == "int8" else None)
     policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     policy.enable_input_require_grads()
@@ -123,7 +125,7 @@ def main() -> None:
     checkpoint = build_checkpoint("8b", Path(args.checkpoints))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     modes = {"no": [False], "yes": [True], "both": [False, True]}[args.compiled]
-    for base, compiled in [(base, compiled) for base in args.bases for compiled in modes]:
+    for base, compiled in itertools.product(args.bases, modes):
         result = measure(base, checkpoint, args.completion, compiled, tuple(args.rows))
         name = f"update_{base}{'_compiled' if compiled else ''}_{args.completion}.json"
         (Path(args.out) / name).write_text(json.dumps(result, indent=1))

@@ -168,7 +168,7 @@ def test_a_gspo_step_with_compiled_layers_moves_the_adapter_as_the_eager_one(tin
         policy, processor = model.load_model(str(tiny_dir), lora=model.LoraSettings(r=8, alpha=16))
         rows = prompts.to_dataset(synthetic.generate(16, seed=5, image_size=64))
         train.train(config, policy, processor, rows, tmp_path / name, log=lambda *_: None)
-        switched = compiled_layers.eager_decoder_layers(policy)
+        switched = compiled_layers.switched_layers(policy)
         return switched, {n: p.detach().clone() for n, p in policy.named_parameters() if "lora_" in n}
 
     switched, eager = one_step("eager")

@@ -58,6 +58,11 @@ def compile_decoder_layers(model, *, cuda_only: bool = True) -> int:
     return len(layers)
 
 
+def switched_layers(model) -> int:
+    """How many of `model`'s layers `compile_decoder_layers` has switched (and not switched back)."""
+    return sum(type(m) in _SUBCLASSES.values() for m in model.modules())
+
+
 def eager_decoder_layers(model) -> int:
     """Undo `compile_decoder_layers`: every layer back to its own class; returns how many were switched back."""
     back = 0
