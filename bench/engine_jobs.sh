@@ -400,21 +400,21 @@ plan_s55() {  # issue 50 after the compiled decoder layers ([training] compiled_
 }
 
 plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after s55), most telling first: the 8B at
-  # 256 tokens (plain TRL, then vlrl at 12288 and 24576, then the same with the layers eager), the 8B at 1,024 (plain
-  # TRL's one step, vlrl at 12288), the 2B Crafter step, the thinking preset's pair
+  # 256 tokens (plain TRL, then vlrl at 12288 and 24576), the 8B at 1,024 (plain TRL's one step, vlrl at 12288), the
+  # 2B Crafter step, then the 8B at 256 with the layers eager, then the thinking preset's pair
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True SIDE_DIR=$RESULTS/s56
   local shape="--size 8b --generation-batch 16 --micro-batch 4"
   python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 1 --warmup 1 --out $RESULTS/s56 \
     > $RESULTS/8b_256_trl.log 2>&1
   python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
     --warmup 1 --out $RESULTS/s56 > $RESULTS/passes_256.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
-    --compiled-layers 0 --warmup 1 --out $RESULTS/s56/eager > $RESULTS/eager_256.log 2>&1
   python3 bench/gpu_engine.py $shape --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s56 \
     > $RESULTS/8b_1024_trl.log 2>&1
   python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 \
     --warmup 1 --out $RESULTS/s56 > $RESULTS/passes_1024.log 2>&1
   crafter_2b_step c2b-compiled
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s56/eager > $RESULTS/eager_256.log 2>&1
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
