@@ -47,8 +47,11 @@
 #   s54: the update pass by rows with the decoder layers compiled and not, then the 8B at 256 tokens (plain TRL, vlrl)
 #   s55: after the compiled decoder layers, gemlite back: the 8B at 256 (TRL, vlrl at two pass sizes), the 2B Crafter
 #        step, the 8B at 1,024, the 8B at 256 with eager layers
-#   s56: not run yet (next session): s55 again with every layer compiled, the eager-layers step, the 8B at 1,024
-#        beside plain TRL, the 2B Crafter step, the thinking preset's pair
+#   s56: s55 again with every layer compiled (all 36 ran so), the 8B at 1,024 beside plain TRL, the 2B Crafter step,
+#        the eager-layers step (the thinking preset's pair: out of device time)
+#   s57: not run yet (next session): s56's 8B rows with three measured steps a setting (s56's one step each left
+#        compiled against eager inside the step-to-step noise), eager first so the compiled rows do not get the
+#        warm caches' start
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -416,6 +419,22 @@ plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after
   python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 24576 \
     --compiled-layers 0 --warmup 1 --out $RESULTS/s56/eager > $RESULTS/eager_256.log 2>&1
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
+}
+
+plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl eager, vlrl compiled at 256 tokens,
+  # then plain TRL's one step and vlrl compiled at 1,024
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  local shape="--size 8b --generation-batch 16 --micro-batch 4" passes="12288 12288 12288 24576 24576 24576"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s57 \
+    > $RESULTS/8b_1024_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
+    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import textwrap
 from pathlib import Path
@@ -37,7 +38,7 @@ from vlrl.config.runfile import preset, presets
 
 RESULTS = ROOT / "bench" / "results"
 # engine_runs.json keys -> the day their rows ran; one day's keys in the order given (the sort below is stable)
-SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07"}
+SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07", "s56": "2026-12-07"}
 PRESETS = {  # MathVista preset -> (gpu_engine.py --size, rows' weights): 4-bit bases decode on their int8 repack
     "qwen3-vl-2b-mathvista": ("2b", "bf16"), "qwen3-vl-4b-mathvista": ("4b", "bf16"),
     "qwen3-vl-8b-mathvista": ("8b", "nf4"), "qwen3-vl-8b-mathvista-testmini-seed": ("8b", "nf4"),
@@ -70,22 +71,27 @@ def side_by_side_rows(runs: dict, key: str) -> list[dict]:
 
 
 def per_setting(row: dict) -> list[dict]:
-    """A row whose measured steps each ran at another `pass_tokens` (gpu_engine.py --pass-tokens-per-step: one process,
-    the warm-up steps first) as one row per setting, its figures from that step alone (gpu_engine.run's, over one
-    step); any other row as it is."""
+    """A row whose measured steps each ran at a `pass_tokens` (gpu_engine.py --pass-tokens-per-step: one process, the
+    warm-up steps first) as one row per setting, in the order they ran, its figures the median of that setting's steps
+    (gpu_engine.run's rule over a row's steps); any other row as it is."""
     settings = [step.get("pass_tokens") for step in row["steps"]]
     if None in settings:
         return [row]
     warmup = row.get("warmup", len(settings) - len(set(settings)))  # (rows before it was recorded: one step a setting)
     rows, tokens, calls = [], 32 * row["mean_completion_tokens"], 32 // row["generation_batch"]
-    for step in row["steps"][warmup:]:
-        decode_ms = 1000 * step["generation_s"] / (calls * row["mean_completion_tokens"])
-        rows.append({**row, "pass_tokens": step["pass_tokens"], "steps": [*row["steps"][:warmup], step],
-                     "step_s": step["step_s"], "generation_s": step["generation_s"],
-                     "training_s": step["step_s"] - step["generation_s"], "completion_tokens_per_s": tokens / step["step_s"],
-                     "decode_ms_per_step": decode_ms, "decode_bound_share": row["bound_ms"] / decode_ms,
-                     "max_reserved_gib": step["max_reserved_gib"], "max_allocated_gib": step["max_allocated_gib"],
-                     "file": f"{row['file']} (its step at pass_tokens {step['pass_tokens']})"})
+    for setting in dict.fromkeys(settings[warmup:]):
+        steps = [step for step in row["steps"][warmup:] if step["pass_tokens"] == setting]
+        step_s, generation_s = (statistics.median(step[k] for step in steps) for k in ("step_s", "generation_s"))
+        decode_ms = 1000 * generation_s / (calls * row["mean_completion_tokens"])
+        several = f"its {len(steps)} steps at pass_tokens {setting}, median" if len(steps) > 1 else (
+            f"its step at pass_tokens {setting}")
+        rows.append({**row, "pass_tokens": setting, "steps": [*row["steps"][:warmup], *steps],
+                     "step_s": step_s, "generation_s": generation_s, "training_s": step_s - generation_s,
+                     "completion_tokens_per_s": tokens / step_s, "decode_ms_per_step": decode_ms,
+                     "decode_bound_share": row["bound_ms"] / decode_ms,
+                     "max_reserved_gib": max(step["max_reserved_gib"] for step in steps),
+                     "max_allocated_gib": max(step["max_allocated_gib"] for step in steps),
+                     "file": f"{row['file']} ({several})"})
     return rows
 
 

@@ -58,6 +58,22 @@ def test_a_row_of_steps_at_several_pass_sizes_is_a_row_per_size(runs):
     assert er.per_setting({**unscheduled, "file": "x"}) == [{**unscheduled, "file": "x"}]  # a row of one setting
 
 
+def test_several_steps_at_one_pass_size_are_one_row_of_their_medians(runs):
+    """Plan s57's rows (--pass-tokens-per-step 12288 x3 24576 x3): a row per setting, in the order run, its step and
+    generation seconds the median of that setting's steps (not its first step's), its peaks the highest."""
+    row = copy.deepcopy(runs["s56"]["gspo_8b_vlrl-int8_256_gen16.json"])
+    warm, at_12k, at_24k = row["steps"]
+    steps = [{**at_12k, "step_s": s, "generation_s": g, "max_reserved_gib": m}
+             for s, g, m in ((11.6, 5.7, 16.4), (9.0, 6.5, 16.6), (10.0, 6.0, 16.5))]
+    row["steps"] = [warm, *steps, at_24k, {**at_24k, "step_s": 12.0}, {**at_24k, "step_s": 13.0}]
+    first, second = er.per_setting({**row, "file": "r.json"})
+    assert (first["pass_tokens"], second["pass_tokens"]) == (12288, 24576)
+    assert (first["step_s"], first["generation_s"], first["training_s"]) == (10.0, 6.0, 4.0)
+    assert first["completion_tokens_per_s"] == 32 * 256 / 10.0 and first["max_reserved_gib"] == 16.6
+    assert first["steps"] == [warm, *steps] and first["file"] == "r.json (its 3 steps at pass_tokens 12288, median)"
+    assert second["step_s"] == 12.0 and len(second["steps"]) == 4
+
+
 def test_projected_hours_of_a_single_turn_preset():
     """steps x the warm step + two evals (their batches, each batch as the batch's completions at the step's generation
     time per completion) + compiling (the first step less the warm one) + the process's time outside its steps."""
