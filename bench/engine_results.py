@@ -91,8 +91,18 @@ def per_setting(row: dict) -> list[dict]:
                      "decode_bound_share": row["bound_ms"] / decode_ms,
                      "max_reserved_gib": max(step["max_reserved_gib"] for step in steps),
                      "max_allocated_gib": max(step["max_allocated_gib"] for step in steps),
-                     "file": f"{row['file']} ({several})"})
+                     "file": f"{row['file']} ({several})", **setting_steps_only(row, warmup, setting)})
     return rows
+
+
+def setting_steps_only(row: dict, warmup: int, setting: int) -> dict:
+    """The median of the engine's own device-timed decoding-step ms (a step each in the train log, rows since plan
+    s57) over one pass_tokens setting's steps; None for rows without them."""
+    logged = row.get("logged_decode_ms_per_step") or []
+    if len(logged) != len(row["steps"]):
+        return {"decode_steps_only_ms": None, "decode_steps_only_bound_share": None}
+    ms = statistics.median(m for m, step in zip(logged[warmup:], row["steps"][warmup:]) if step["pass_tokens"] == setting)
+    return {"decode_steps_only_ms": ms, "decode_steps_only_bound_share": row["bound_ms"] / ms}
 
 
 def entry(value: float, target: float | None, measured: str, gpu: str, raw: str, at_most: bool = False, **how) -> dict:
@@ -128,6 +138,15 @@ def shape_text(trl: dict, vlrl: dict) -> str:
             f"micro-batch {trl['micro_batch']}")
 
 
+def steps_only(vlrl: dict) -> dict:
+    """Where vlrl's row has its engine's device-timed decoding steps (rows since plan s57), those beside the
+    headline's figure, which is the step's whole generation (prefill included) over its decoding steps."""
+    ms = vlrl.get("decode_steps_only_ms")
+    if not ms:
+        return {}
+    return {"decode_steps_only_ms": round(ms, 2), "decode_steps_only_share": round(vlrl["bound_ms"] / ms, 3)}
+
+
 def pair_figures(trl: dict, vlrl: dict, raw: str, measured: str) -> dict:
     """ratio_vs_plain_trl, decode_bound_share_in_step and update_ratio_vs_trl_<length> from one row pair."""
     both = f"{raw}/{vlrl['file']}, {raw}/{trl['file']}"
@@ -144,7 +163,8 @@ def pair_figures(trl: dict, vlrl: dict, raw: str, measured: str) -> dict:
                          "plain_trl": [round(s["step_s"], 1) for s in trl["steps"]]}),  # the last counts
         "decode_bound_share_in_step": entry(
             round(share, 3), TARGETS["decode"], measured, vlrl["gpu"], f"{raw}/{vlrl['file']}",
-            decode_ms=round(vlrl["decode_ms_per_step"], 2), bound_ms=round(vlrl["bound_ms"], 2)),
+            decode_ms=round(vlrl["decode_ms_per_step"], 2), bound_ms=round(vlrl["bound_ms"], 2),
+            **steps_only(vlrl)),
         f"update_ratio_vs_trl_{vlrl['completion']}": entry(
             round(update, 2), TARGETS["update"], measured, vlrl["gpu"], both,
             vlrl_training_s=round(vlrl["training_s"], 2), plain_trl_training_s=round(trl["training_s"], 2)),

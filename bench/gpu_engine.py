@@ -21,7 +21,10 @@ pixels: 512 video tokens); prompts up to 1,024 tokens for the last two (bench/re
 
 One JSON per (path, completion) under --out, and a table line per run (`RESULT`). The bound: the language model's
 4-bit weights (every non-vision weight of the NF4 model, `gpu_gspo.weight_bytes`) read once per decoding step at
-half the measured copy bandwidth, the issue's convention, whatever format the path decodes from.
+half the measured copy bandwidth, the issue's convention, whatever format the path decodes from. `decode_ms_per_step`
+is the step's whole generation (pictures' encoder and prefill included) over its decoding steps; vlrl's rows also hold
+`decode_steps_only_ms`, its engine's own device-timed decoding steps (`rollout/decode_ms_per_step` in the train log),
+and each step's prefill seconds (`DECODE` lines).
 """
 
 from __future__ import annotations
@@ -166,6 +169,9 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     lengths = [r["completions/mean_length"] for r in logs if "completions/mean_length" in r]
     kl = [r["sampling/rollout_train_kl"] for r in logs if "sampling/rollout_train_kl" in r]
     rollout_time = [r["rollout_time"] for r in logs if "rollout_time" in r]  # vlrl's own log of the same split
+    # vlrl's engine's own marks, a step each: its prefills' seconds and one decoding step's ms (CUDA events)
+    prefill_time = [r["rollout/prefill_time"] for r in logs if "rollout/prefill_time" in r]
+    steps_ms = [r["rollout/decode_ms_per_step"] for r in logs if "rollout/decode_ms_per_step" in r]
     measured = steps[args.warmup:] or steps
     median = lambda xs: sorted(xs)[len(xs) // 2]
     step_s, gen_s = median([s["step_s"] for s in measured]), median([s["generation_s"] for s in measured])
@@ -174,6 +180,7 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     calls = 32 // (32 if path == "trl" else args.generation_batch)  # generate calls per optimizer step
     decode_ms = 1000 * gen_s / (calls * mean_length)
     bound_ms = 1000 * nf4_bytes / (bandwidth / 2)
+    steps_only_ms = median(steps_ms[args.warmup:] or steps_ms) if steps_ms else None  # the prefills left out
     result = {
         "path": path, "input": inputs, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
         "generation_batch": 32 if path == "trl" else args.generation_batch,
@@ -182,6 +189,8 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
         "generation_s": gen_s, "training_s": step_s - gen_s, "mean_completion_tokens": mean_length,
         "completion_tokens_per_s": tokens / step_s, "decode_ms_per_step": decode_ms,
         "nf4_weight_bytes": nf4_bytes, "bound_ms": bound_ms, "decode_bound_share": bound_ms / decode_ms,
+        "logged_prefill_s": prefill_time, "logged_decode_ms_per_step": steps_ms,
+        "decode_steps_only_ms": steps_only_ms, "decode_steps_only_bound_share": steps_only_ms and bound_ms / steps_only_ms,
         "max_reserved_gib": max(s["max_reserved_gib"] for s in steps),
         "max_allocated_gib": max(s["max_allocated_gib"] for s in steps),
         "memory_cap_gib": CAP[0] or None, "pid": os.getpid(), "rollout_train_kl": kl, "logged_rollout_time": rollout_time, "packed": packed, "copy_bandwidth_tb_s": bandwidth / 1e12,
@@ -197,6 +206,9 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     keys = ("step_s", "generation_s", "completion_tokens_per_s", "decode_ms_per_step", "decode_bound_share",
             "max_reserved_gib")
     print("RESULT", name, json.dumps({k: round(result[k], 3) for k in keys}), "KL", kl, flush=True)
+    if steps_ms:
+        print("DECODE", name, json.dumps({"prefill_s": prefill_time, "decode_ms_per_step": steps_ms,
+                                          "steps_only_bound_share": round(bound_ms / steps_only_ms, 3)}), flush=True)
     for step in measured:
         print("PARTS", name, json.dumps({k: round(v, 3) for k, v in step.items() if k.endswith(("_s", "_calls", "tokens"))}),
               flush=True)

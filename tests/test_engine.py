@@ -4,6 +4,7 @@ its recorded log-probs are those of the distribution it drew from; its draws fol
 hold the pad token. The thinking budget's tests are in test_thinking.py, the rollouts' in test_mismatch.py and
 test_episodes.py."""
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -233,3 +234,23 @@ def test_lora_layers_fed_one_input_decode_as_one_pair(tiny_dir, contexts, monkey
     grouped = engine.complete(policy, processor, texts, images, decoding)
     assert [c.ids for c in grouped] == [c.ids for c in layer_by_layer]
     assert calls == [1]  # the prefill only: the steps computed k's LoRA inside the group's pair
+
+
+def test_a_decode_times_its_prefill_and_its_steps(policy, contexts):
+    """`Decoded.stats` holds the prefill's seconds and the decoding steps' (the host's clock on a CPU, CUDA events on
+    a GPU), what a GSPO step logs as `rollout/prefill_time` and `rollout/decode_ms_per_step`."""
+    tiny, processor = policy
+    texts, images = contexts
+    inputs = prompts.batch_inputs(processor, texts, [i for group in images for i in group], padding_side="left")
+    decoding = engine.decoding_for(tiny, processor, max_new_tokens=12)
+    started = time.perf_counter()
+    out = engine.decode(tiny, dict(inputs), decoding)
+    whole = time.perf_counter() - started
+    assert out.stats["steps"] > 0 and 0 < out.stats["prefill_s"] and 0 < out.stats["decode_s"]
+    assert out.stats["prefill_s"] + out.stats["decode_s"] <= whole
+    marks = loop.Marks(cuda=False)
+    for pause in (0.0, 0.05, 0.01):
+        time.sleep(pause)
+        marks.mark()
+    first, second = marks.seconds()
+    assert 0.05 <= first < 0.5 and 0.01 <= second < first

@@ -72,6 +72,14 @@ def test_several_steps_at_one_pass_size_are_one_row_of_their_medians(runs):
     assert first["completion_tokens_per_s"] == 32 * 256 / 10.0 and first["max_reserved_gib"] == 16.6
     assert first["steps"] == [warm, *steps] and first["file"] == "r.json (its 3 steps at pass_tokens 12288, median)"
     assert second["step_s"] == 12.0 and len(second["steps"]) == 4
+    assert first["decode_steps_only_ms"] is None  # s56's row: no engine timings logged
+    row["logged_decode_ms_per_step"] = [60.0, 8.0, 9.0, 12.0, 7.0, 7.5, 8.0]  # a step each, the warm-up's first
+    first, second = er.per_setting({**row, "file": "r.json"})
+    assert (first["decode_steps_only_ms"], second["decode_steps_only_ms"]) == (9.0, 7.5)
+    trl = runs["s56"]["gspo_8b_trl_256_gen32.json"]
+    share = er.pair_figures({**trl, "file": "t.json"}, first, "x", "2026-12-08")["decode_bound_share_in_step"]
+    assert share["value"] == round(first["decode_bound_share"], 3)  # the headline: the step's whole generation
+    assert share["decode_steps_only_ms"] == 9.0 and share["decode_steps_only_share"] == round(row["bound_ms"] / 9, 3)
 
 
 def test_projected_hours_of_a_single_turn_preset():

@@ -205,7 +205,8 @@ def test_each_training_step_is_one_readable_line():
     watched = step_line.watch(rewards.correctness_reward)
     watched(["<SOLUTION>4</SOLUTION>"] * 3 + ["<SOLUTION>5</SOLUTION>"], answer=["4"] * 4)
     logs = {"reward": 1.8, "reward_std": 0.3, "rewards/format_reward/mean": 1.0, "sampling/rollout_train_kl": 2e-4,
-            "step_time": 2.5, "rollout_time": 1.5, "completions/mean_length": 33.0, "epoch": 0.1}
+            "step_time": 2.5, "rollout_time": 1.5, "rollout/decode_ms_per_step": 9.83, "completions/mean_length": 33.0,
+            "epoch": 0.1}
     state = SimpleNamespace(global_step=1, max_steps=8, is_world_process_zero=True)
     step_line.on_train_begin(None, state, None)  # resumed from step 1
     step_line.started -= 26  # two steps took 26 s by the wall clock
@@ -213,7 +214,7 @@ def test_each_training_step_is_one_readable_line():
     step_line.on_log(None, state, None, logs=logs)
     assert logs["rewards/accuracy"] == 0.75  # kept in train_log.jsonl too
     assert lines == [("step 3/8: reward 1.80 (std 0.30), accuracy 75%, format 1.00, rollout/train KL 0.0002, "
-                      "rollouts 60% of the step, 13.0 s/step, ETA 1 min 5 s")]
+                      "rollouts 60% of the step, a decoding step 9.8 ms, 13.0 s/step, ETA 1 min 5 s")]
 
 
 def test_the_end_of_a_run_gives_the_result_the_report_and_next_commands(tmp_path):

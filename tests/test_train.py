@@ -58,6 +58,9 @@ def test_gspo_steps_move_lora_and_log_every_step(tiny_dir, tmp_path):
                 "degeneration/clipped_ratio"} <= set(record)
         assert 0 <= record["degeneration/rate"] <= 1 and 0 <= record["degeneration/clipped_ratio"] <= 1
         assert 0 < record["rollout_time"] < record["step_time"]  # the step's decoding, within TRL's step time
+        # its parts, from the engine's own marks: the prefill, and a decoding step (the tiny model's, well under 1 s)
+        assert 0 < record["rollout/prefill_time"] < record["rollout_time"]
+        assert 0 < record["rollout/decode_ms_per_step"] < 1000 * record["rollout_time"]
     assert (tmp_path / "checkpoints" / "checkpoint-2" / "adapter_model.safetensors").exists()
     resolved = json.loads((tmp_path / "grpo_config.json").read_text())  # what the trainer really ran with
     assert (resolved["loss_type"], resolved["scale_rewards"], resolved["beta"]) == ("dr_grpo", "none", 0.0)

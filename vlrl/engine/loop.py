@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -79,7 +80,7 @@ class Decoded:
     stopped: list[bool]  # True: ended at a stop token ("stop"); False: reached max_new_tokens ("length")
     prompt_tokens: list[int]  # each context's real length (padding left out)
     logps: list[list[float]] | None = None  # per token of `tokens`, when recorded
-    stats: dict = field(default_factory=dict)  # steps decoded, cache length, whether compiled
+    stats: dict = field(default_factory=dict)  # steps decoded, cache length, whether compiled, prefill_s, decode_s
 
     @property
     def finish_reasons(self) -> list[str]:
@@ -204,9 +205,12 @@ def run(model, decoding: Decoding, prefill_with, *, rows: int) -> tuple[Decoded,
     was_training = model.training
     model.eval()
     steps = fused_groups = 0
+    marks = Marks(cuda)
     try:
         with torch.no_grad(), _decode_mode(base, static, cuda, decoding.synced):
+            marks.mark()
             state = prefill_with(base)
+            marks.mark()
             chooser = TokenChooser(state.prompt_ids, stop_ids=decoding.stop_ids, suppress_ids=decoding.suppress_ids,
                                    pad_id=decoding.pad_id, temperature=decoding.temperature, budget=decoding.budget,
                                    record_logps=decoding.record_logps)
@@ -233,12 +237,40 @@ def run(model, decoding: Decoding, prefill_with, *, rows: int) -> tuple[Decoded,
                     if static and cuda:
                         torch.compiler.cudagraph_mark_step_begin()
                     logits = forward(**step_inputs, return_dict=True).logits[:, -1]
+            marks.mark()
             state.tokens, state.steps = tokens, steps
     finally:
         model.train(was_training)
     stats = {"steps": steps, "compiled": static and cuda, "rows": state.prompt_ids.shape[0],
              "fused_groups": fused_groups, **state.stats}
-    return _collect(tokens[:rows, :steps], state.prompt_tokens[:rows], chooser, decoding, stats), state
+    decoded = _collect(tokens[:rows, :steps], state.prompt_tokens[:rows], chooser, decoding, stats)
+    decoded.stats["prefill_s"], decoded.stats["decode_s"] = marks.seconds()  # read once the tokens are on the host
+    return decoded, state
+
+
+class Marks:
+    """The seconds between points of a decode without making the host wait inside it: CUDA events on the device's
+    stream (read after the decode's tokens reach the host, which waited for them anyway), the host's clock on a CPU,
+    whose work is done when its call returns. A decode's `prefill_s` (the pictures' encoder and the contexts' forward)
+    and `decode_s` (its decoding steps, a first step's compiling included) in `Decoded.stats`."""
+
+    def __init__(self, cuda: bool):
+        self.cuda, self.points = cuda, []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.points.append(event)
+        else:
+            self.points.append(time.perf_counter())
+
+    def seconds(self) -> list[float]:
+        """The seconds between each mark and the next."""
+        if self.cuda:
+            self.points[-1].synchronize()
+            return [start.elapsed_time(end) / 1000 for start, end in zip(self.points, self.points[1:])]
+        return [end - start for start, end in zip(self.points, self.points[1:])]
 
 
 def masks_own(base) -> bool:

@@ -199,6 +199,8 @@ class StepLine(Counting, TrainerCallback):
             parts.append(f"rollout/train KL {logs['sampling/rollout_train_kl']:.2g}")
         if "rollout_time" in logs and logs.get("step_time"):  # where a step's time goes: generating, or the rest
             parts.append(f"rollouts {logs['rollout_time'] / logs['step_time']:.0%} of the step")
+        if "rollout/decode_ms_per_step" in logs:  # the engine's decoding step, timed on the device
+            parts.append(f"a decoding step {logs['rollout/decode_ms_per_step']:.1f} ms")
         done = step - self.first_step
         if done > 0:
             parts.append(f"{seconds / done:.1f} s/step")

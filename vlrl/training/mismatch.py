@@ -145,6 +145,7 @@ class RolloutMismatch:
     _totals = None  # this optimizer step's (sums, extremes) so far
     _more_passes = False  # a micro-batch computed in several passes (episode runs): not its last pass yet
     _rollout_seconds = 0.0  # this optimizer step's time spent generating so far (`rollout_time`)
+    _decode_parts = None  # this optimizer step's engine decodes so far: [prefill seconds, decoding seconds, steps]
 
     @property
     def suppressed_token_ids(self) -> tuple[int, ...]:
@@ -153,11 +154,19 @@ class RolloutMismatch:
 
     def training_step(self, model, inputs, num_items_in_batch):
         """TRL's step, and at each optimizer step's end `rollout_time`: the seconds of that step spent generating
-        (decoding rollouts, or playing episodes), beside TRL's `step_time`."""
+        (decoding rollouts, or playing episodes), beside TRL's `step_time`; for rollouts through vlrl's engine also
+        `rollout/prefill_time` (the pictures' encoder and the contexts' forward) and `rollout/decode_ms_per_step`
+        (one decoding step of the batch, timed on the device: what issue 50 compares with the weights' read bound)."""
         output = super().training_step(model, inputs, num_items_in_batch)
         if self.micro_step % self.current_gradient_accumulation_steps == 0:  # TRL's rule for its step_time
             self.log_metric("rollout_time", self._rollout_seconds)
             self._rollout_seconds = 0.0
+            if self._decode_parts is not None:
+                prefill_s, decode_s, steps = self._decode_parts
+                self.log_metric("rollout/prefill_time", prefill_s)
+                if steps:
+                    self.log_metric("rollout/decode_ms_per_step", 1000 * decode_s / steps)
+                self._decode_parts = None
         return output
 
     def generate_rollouts(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
@@ -175,6 +184,9 @@ class RolloutMismatch:
         inputs = self.to_device(rollout_inputs(prompt_ids, multimodal_fields, self.rollout_decoding.pad_id))
         with self.policy_for_generation() as policy:
             out = engine.decode(policy, inputs, self.rollout_decoding)
+        parts = self._decode_parts or [0.0, 0.0, 0]
+        self._decode_parts = [parts[0] + out.stats["prefill_s"], parts[1] + out.stats["decode_s"],
+                              parts[2] + out.stats["steps"]]
         return out.tokens, out.logps
 
     def policy_loss(self, model, inputs):
