@@ -664,6 +664,9 @@ def test_crafter_tiny_runs_end_to_end(tmp_path, monkeypatch):
     steps = [r for r in read_records(run / "train_log.jsonl") if "reward" in r]
     assert [r["step"] for r in steps] == [1, 2] and (run / "report.html").is_file()
     assert all(0 < r["rollout_time"] < r["step_time"] for r in steps)  # the episodes' playing, within the step
+    # within it, the engine's prefills and decoding steps (the session's counters), as single-turn steps log them
+    assert all(0 < r["rollout/prefill_time"] < r["rollout_time"] for r in steps)
+    assert all(0 < r["rollout/decode_ms_per_step"] < 1000 * r["rollout_time"] for r in steps)
     # each turn's sampling log-probs reach the loss: the mismatch is measured, as validation's refusal of TIS says
     assert all(0 <= r["sampling/rollout_train_kl"] < 1e-3 for r in steps)
     if any(r["grad_norm"] > 0 for r in steps):

@@ -45,6 +45,8 @@ class Session:
         self.taken: list[Tokenized | None] = [None] * rows
         self.fed: list[list[int]] = [[] for _ in range(rows)]
         self.reused = self.prefilled = 0  # context tokens read from the cache / computed, over the session
+        self.prefill_s = self.decode_s = 0.0  # seconds of its prefills / its decoding steps (`loop.Marks`)
+        self.decode_steps = 0
 
     def decode(self, model, processor, contexts: list[Tokenized | None], decoding: Decoding) -> Decoded:
         """Decodes `contexts` (one per slot, None for an empty slot), the cache's rows reused where they extend.
@@ -53,7 +55,7 @@ class Session:
             raise ValueError(f"a session of {self.rows} slots takes {self.rows} contexts, at least one of them")
         device = next(model.parameters()).device
         if not static_on(device, decoding):
-            return _live_only(model, processor, contexts, decoding, device)  # a dynamic cache: nothing to keep
+            return self._counted(_live_only(model, processor, contexts, decoding, device))  # a dynamic cache: none kept
         decoding = replace(decoding, rows=self.rows, cache_bucket=SESSION_CACHE_BUCKET)
         kept, why = self._extension(contexts, decoding)
         if kept is None:
@@ -77,8 +79,14 @@ class Session:
             self._keep(state, contexts)
         else:
             self._forget()
-        self.reused += decoded.stats.get("reused", 0)
-        self.prefilled += decoded.stats["prefilled"]
+        return self._counted(decoded)
+
+    def _counted(self, decoded: Decoded) -> Decoded:
+        stats = decoded.stats
+        self.reused += stats.get("reused", 0)
+        self.prefilled += stats["prefilled"]
+        self.prefill_s, self.decode_s = self.prefill_s + stats["prefill_s"], self.decode_s + stats["decode_s"]
+        self.decode_steps += stats["steps"]
         return decoded
 
     def _extension(self, contexts, decoding: Decoding) -> tuple[list[int] | None, str]:

@@ -119,7 +119,7 @@ def decoding_for(model, processor, settings: Settings) -> engine.Decoding:
 
 
 def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: int = 0, log=None,
-         decoding: engine.Decoding | None = None) -> list[Episode]:
+         decoding: engine.Decoding | None = None, session: engine.Session | None = None) -> list[Episode]:
     """Plays one episode per seed (a seed listed twice is played twice: a GSPO group) and returns them in order.
 
     Args:
@@ -133,9 +133,11 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
             seed's episode at the next turn, so the batch stays full while episodes of unequal lengths end.
         log: optional callable for a one-line summary.
         decoding: how turns decode (`decoding_for(model, processor, settings)`, built here when None).
+        session: the engine session the turns decode in, whose counters then say what decoding cost (a trainer's
+            `rollout/prefill_time`, `rollout/decode_ms_per_step`); one of `slots(len(seeds), batch_size)` when None.
     """
     started, seeds = time.time(), list(seeds)
-    session = engine.Session(min(batch_size or len(seeds), len(seeds)) or 1)
+    session = session or engine.Session(slots(len(seeds), batch_size))
     decoding = decoding or decoding_for(model, processor, settings)
     episodes = _play_batch(model, processor, make_env, seeds, settings, session, decoding)
     if log is not None and episodes:
@@ -146,6 +148,11 @@ def play(model, processor, make_env, seeds, settings: Settings, *, batch_size: i
             f"return {s['return_mean']:.2f}, {s['invalid_actions']} invalid actions, {s['truncated']} truncated, "
             f"{s['failed']} failed, {s['dropped_images']} images dropped{kept}")
     return episodes
+
+
+def slots(episodes: int, batch_size: int) -> int:
+    """How many episodes `play` decodes together: `batch_size` of them (0: all), at least one."""
+    return min(batch_size or episodes, episodes) or 1
 
 
 def summary(episodes: list[Episode]) -> dict:

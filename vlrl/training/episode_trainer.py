@@ -32,9 +32,10 @@ from dataclasses import replace
 import torch
 from accelerate.utils import send_to_device
 
+from vlrl import engine
 from vlrl.base.errors import ConfigError, EnvError
 from vlrl.episodes import scoring
-from vlrl.episodes.rollout import play, summary
+from vlrl.episodes.rollout import play, slots, summary
 from vlrl.training import dynamic_sampling as redraw
 from vlrl.training.loss import REDUCTIONS
 
@@ -281,10 +282,12 @@ class EpisodeRollouts:
     def _play(self, seeds: list[int]) -> list:
         settings = replace(self.play_settings, record_logps=True)
         started = time.perf_counter()
+        session = engine.Session(slots(len(seeds), self.episodes_at_once))
         with self.policy_for_generation() as policy:
             episodes = play(policy, self.processing_class, self.make_env, seeds, settings,
-                            batch_size=self.episodes_at_once, decoding=self.rollout_decoding)
+                            batch_size=self.episodes_at_once, decoding=self.rollout_decoding, session=session)
         self._rollout_seconds += time.perf_counter() - started  # the step's `rollout_time` (`vlrl.training.mismatch`)
+        self.add_decode_parts(session.prefill_s, session.decode_s, session.decode_steps)
         self._played_tokens += sum(len(ids) for e in episodes for ids in e.reply_ids)
         return episodes
 

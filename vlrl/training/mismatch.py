@@ -184,10 +184,14 @@ class RolloutMismatch:
         inputs = self.to_device(rollout_inputs(prompt_ids, multimodal_fields, self.rollout_decoding.pad_id))
         with self.policy_for_generation() as policy:
             out = engine.decode(policy, inputs, self.rollout_decoding)
-        parts = self._decode_parts or [0.0, 0.0, 0]
-        self._decode_parts = [parts[0] + out.stats["prefill_s"], parts[1] + out.stats["decode_s"],
-                              parts[2] + out.stats["steps"]]
+        self.add_decode_parts(out.stats["prefill_s"], out.stats["decode_s"], out.stats["steps"])
         return out.tokens, out.logps
+
+    def add_decode_parts(self, prefill_s: float, decode_s: float, steps: int) -> None:
+        """Adds an engine decode's prefill and decoding-step times (`engine.Decoded.stats`, a `Session`'s counters)
+        to this optimizer step's, logged at its end (`training_step`)."""
+        parts = self._decode_parts or [0.0, 0.0, 0]
+        self._decode_parts = [parts[0] + prefill_s, parts[1] + decode_s, parts[2] + steps]
 
     def policy_loss(self, model, inputs):
         if self.use_vllm or "sampling_per_token_logps" not in inputs:
