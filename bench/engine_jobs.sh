@@ -51,7 +51,8 @@
 #        the eager-layers step (the thinking preset's pair: out of device time)
 #   s57: not run yet (next session): s56's 8B rows with three measured steps a setting (s56's one step each left
 #        compiled against eager inside the step-to-step noise), eager first so the compiled rows do not get the
-#        warm caches' start
+#        warm caches' start; each row now also holds the engine's own prefill and decoding-step times; then the 2B
+#        Crafter step, whose train log splits its rollout the same way
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -422,7 +423,7 @@ plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after
 }
 
 plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl eager, vlrl compiled at 256 tokens,
-  # then plain TRL's one step and vlrl compiled at 1,024
+  # then plain TRL's one step and vlrl compiled at 1,024, then the 2B Crafter step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   local shape="--size 8b --generation-batch 16 --micro-batch 4" passes="12288 12288 12288 24576 24576 24576"
   python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
@@ -435,6 +436,7 @@ plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl e
     > $RESULTS/8b_1024_trl.log 2>&1
   python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
     --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
+  crafter_2b_step c2b-parts  # its train log splits each rollout: rollout/prefill_time, rollout/decode_ms_per_step
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -198,6 +198,14 @@ def projected_mathvista(name: str, vlrl: dict, raw: str, measured: str) -> dict:
              f"measured here"))
 
 
+def rollout_parts(logged: dict) -> str:
+    """A step's rollout split by the engine's own marks, where its train log has them (runs since plan s57)."""
+    if "rollout/decode_ms_per_step" not in logged:
+        return ""
+    return (f": prefills {logged['rollout/prefill_time']:.1f} s, a decoding step "
+            f"{logged['rollout/decode_ms_per_step']:.1f} ms")
+
+
 def projected_crafter(name: str, run: dict, raw: str, measured: str, gpu: str) -> dict:
     """An episode preset's whole run from its config and a `vlrl run` of two steps at its generation batch: max_steps
     x the warm step scaled to the preset's episodes per step, the evals before and after (eval seeds / eval batch,
@@ -220,7 +228,8 @@ def projected_crafter(name: str, run: dict, raw: str, measured: str, gpu: str) -
         round(total / 3600, 2), HOURS.get(name), measured, gpu, raw, at_most=True,
         how=(f"{c.training.max_steps} steps x {step_s:.1f} s ({episodes} episodes a step in batches of "
              f"{c.training.generation_batch_size}; the warm step of {ran_episodes} took {warm['step_time']:.1f} s, "
-             f"rollout {warm['rollout_time']:.1f} s, update {warm['step_time'] - warm['rollout_time']:.1f} s) + evals "
+             f"rollout {warm['rollout_time']:.1f} s{rollout_parts(warm)}, update "
+             f"{warm['step_time'] - warm['rollout_time']:.1f} s) + evals "
              f"2 x {batches} batches of {c.eval.batch_size} episodes x {batch_s:.1f} s ({2 * batches * batch_s:,.0f} s)"
              f" + compiling {compiling:.0f} s + load and export {load_export:.0f} s (its stages)"))
 

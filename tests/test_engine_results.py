@@ -108,6 +108,11 @@ def test_projected_hours_of_the_crafter_presets_reproduce_the_hand_written_ones(
     assert got["target"] == er.HOURS[name] and got["met"] is False  # issue 50's 1.0 h and 3.0 h: not yet
     history = json.loads((RESULTS / "engine.json").read_text())["projected_hours_history"]
     assert history[name]["value"] == before
+    assert "prefills" not in got["how"]  # s46's train log predates the engine's own marks
+    packed = copy.deepcopy(packed)
+    packed["train_log.jsonl"][1].update({"rollout/prefill_time": 2.25, "rollout/decode_ms_per_step": 7.14})
+    with_parts = er.projected_crafter(name, packed, "raw", "2026-11-27", "G")
+    assert with_parts["value"] == got["value"] and ": prefills 2.2 s, a decoding step 7.1 ms" in with_parts["how"]
 
 
 def test_a_newer_key_replaces_an_older_one_preset_by_preset(runs, monkeypatch):
