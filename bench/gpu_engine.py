@@ -21,10 +21,7 @@ pixels: 512 video tokens); prompts up to 1,024 tokens for the last two (bench/re
 
 One JSON per (path, completion) under --out, and a table line per run (`RESULT`). The bound: the language model's
 4-bit weights (every non-vision weight of the NF4 model, `gpu_gspo.weight_bytes`) read once per decoding step at
-half the measured copy bandwidth, the issue's convention, whatever format the path decodes from. `decode_ms_per_step`
-is the step's whole generation (pictures' encoder and prefill included) over its decoding steps; vlrl's rows also hold
-`decode_steps_only_ms`, its engine's own device-timed decoding steps (`rollout/decode_ms_per_step` in the train log),
-and each step's prefill seconds (`DECODE` lines).
+half the measured copy bandwidth, the issue's convention, whatever format the path decodes from.
 """
 
 from __future__ import annotations
@@ -180,7 +177,9 @@ def run(args, path: str, checkpoint: Path, bandwidth: float, inputs: str = "1-im
     calls = 32 // (32 if path == "trl" else args.generation_batch)  # generate calls per optimizer step
     decode_ms = 1000 * gen_s / (calls * mean_length)
     bound_ms = 1000 * nf4_bytes / (bandwidth / 2)
-    steps_only_ms = median(steps_ms[args.warmup:] or steps_ms) if steps_ms else None  # the prefills left out
+    # decode_ms: the whole generation (pictures' encoder and prefill included) over its decoding steps; vlrl's rows
+    # also get the engine's own decoding-step ms without the prefills (`DECODE` lines)
+    steps_only_ms = median(steps_ms[args.warmup:] or steps_ms) if steps_ms else None
     result = {
         "path": path, "input": inputs, "completion": args.completion, "size": args.size, "gpu": torch.cuda.get_device_name(),
         "generation_batch": 32 if path == "trl" else args.generation_batch,
