@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import textwrap
 from pathlib import Path
@@ -81,7 +80,7 @@ def per_setting(row: dict) -> list[dict]:
     rows, tokens, calls = [], 32 * row["mean_completion_tokens"], 32 // row["generation_batch"]
     for setting in dict.fromkeys(settings[warmup:]):
         steps = [step for step in row["steps"][warmup:] if step["pass_tokens"] == setting]
-        step_s, generation_s = (statistics.median(step[k] for step in steps) for k in ("step_s", "generation_s"))
+        step_s, generation_s = (median([step[k] for step in steps]) for k in ("step_s", "generation_s"))
         decode_ms = 1000 * generation_s / (calls * row["mean_completion_tokens"])
         several = f"its {len(steps)} steps at pass_tokens {setting}, median" if len(steps) > 1 else (
             f"its step at pass_tokens {setting}")
@@ -95,13 +94,18 @@ def per_setting(row: dict) -> list[dict]:
     return rows
 
 
+def median(values: list[float]) -> float:
+    """gpu_engine.run's median: the middle value, the upper of two."""
+    return sorted(values)[len(values) // 2]
+
+
 def setting_steps_only(row: dict, warmup: int, setting: int) -> dict:
     """The median of the engine's own device-timed decoding-step ms (a step each in the train log, rows since plan
     s57) over one pass_tokens setting's steps; None for rows without them."""
     logged = row.get("logged_decode_ms_per_step") or []
     if len(logged) != len(row["steps"]):
         return {"decode_steps_only_ms": None, "decode_steps_only_bound_share": None}
-    ms = statistics.median(m for m, step in zip(logged[warmup:], row["steps"][warmup:]) if step["pass_tokens"] == setting)
+    ms = median([m for m, step in zip(logged[warmup:], row["steps"][warmup:]) if step["pass_tokens"] == setting])
     return {"decode_steps_only_ms": ms, "decode_steps_only_bound_share": row["bound_ms"] / ms}
 
 
