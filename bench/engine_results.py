@@ -148,7 +148,7 @@ def steps_only(vlrl: dict) -> dict:
     ms = vlrl.get("decode_steps_only_ms")
     if not ms:
         return {}
-    return {"decode_steps_only_ms": round(ms, 2), "decode_steps_only_share": round(vlrl["bound_ms"] / ms, 3)}
+    return {"decode_steps_only_ms": round(ms, 2), "decode_steps_only_share": round(vlrl["decode_steps_only_bound_share"], 3)}
 
 
 def pair_figures(trl: dict, vlrl: dict, raw: str, measured: str) -> dict:
