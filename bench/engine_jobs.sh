@@ -49,7 +49,7 @@
 #        step, the 8B at 1,024, the 8B at 256 with eager layers
 #   s56: s55 again with every layer compiled (all 36 ran so), the 8B at 1,024 beside plain TRL, the 2B Crafter step,
 #        the eager-layers step (the thinking preset's pair: out of device time)
-#   s57: not run yet (next session): s56's 8B rows with three measured steps a setting (s56's one step each left
+#   s57: (s57b: the same less plain TRL at 1,024, the Crafter step before vlrl at 1,024) s56's 8B rows with three measured steps a setting (s56's one step each left
 #        compiled against eager inside the step-to-step noise), eager first so the compiled rows do not get the
 #        warm caches' start; each row now also holds the engine's own prefill and decoding-step times; then the 2B
 #        Crafter step, whose train log splits its rollout the same way
@@ -437,6 +437,21 @@ plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl e
   python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
     --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
   crafter_2b_step c2b-parts  # its train log splits each rollout: rollout/prefill_time, rollout/decode_ms_per_step
+}
+
+plan_s57b() {  # s57 within a session that lost a machine start: the 8B at 256 tokens (three measured steps a
+  # setting), the 2B Crafter step with its rollout split, then vlrl alone at 1,024 (its decoding split)
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  local shape="--size 8b --generation-batch 16 --micro-batch 4" passes="12288 12288 12288 24576 24576 24576"
+  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
+  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_256.log 2>&1
+  crafter_2b_step c2b-parts
+  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
+    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
