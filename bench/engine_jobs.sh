@@ -454,10 +454,11 @@ plan_s57b() {  # s57 within a session that lost a machine start: the 8B at 256 t
     --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
 }
 
-plan_s57c() {  # s57b's compiled-layers rows alone (s57b lost its machine after its eager rows)
+plan_s57c() {  # what s57b's lost machine left out, in the session's last 560 device-seconds: the 8B preset's shape at its
+  # own 1,024 tokens, decoder layers eager (no compile, to fit), for the decoding steps' own share of the bound
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  python3 bench/gpu_engine.py --size 8b --generation-batch 16 --micro-batch 4 --completion 256 --paths vlrl-int8 \
-    --pass-tokens-per-step 12288 12288 12288 24576 24576 24576 --warmup 1 --out $RESULTS/s57c > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_engine.py --size 8b --generation-batch 16 --micro-batch 4 --completion 1024 --paths vlrl-int8 \
+    --pass-tokens-per-step 12288 12288 --compiled-layers 0 --warmup 1 --out $RESULTS/s57c > $RESULTS/eager_1024.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
