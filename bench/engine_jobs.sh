@@ -49,10 +49,11 @@
 #        step, the 8B at 1,024, the 8B at 256 with eager layers
 #   s56: s55 again with every layer compiled (all 36 ran so), the 8B at 1,024 beside plain TRL, the 2B Crafter step,
 #        the eager-layers step (the thinking preset's pair: out of device time)
-#   s57: (s57b: the same less plain TRL at 1,024, the Crafter step before vlrl at 1,024) s56's 8B rows with three measured steps a setting (s56's one step each left
-#        compiled against eager inside the step-to-step noise), eager first so the compiled rows do not get the
-#        warm caches' start; each row now also holds the engine's own prefill and decoding-step times; then the 2B
-#        Crafter step, whose train log splits its rollout the same way
+#   s57: s56's 8B rows with three measured steps a setting, eager first (s56's one step each left compiled against
+#        eager inside the step-to-step noise), each row with the engine's own prefill and decoding-step times, then
+#        the 2B Crafter step (its train log splits the rollout the same way); not run whole. s57b (run 2026-12-07,
+#        one H100, key `s57`): the same less plain TRL at 1,024; only plain TRL and the eager rows at 256 ran before
+#        the machine was lost. s57c: the 8B at 1,024 with eager layers, for its decoding-step share (not run)
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -422,43 +423,46 @@ plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after
   side_by_side thinking_1536 vlrl-int8 --size 8b --completion 1536 --generation-batch 8 --micro-batch 2
 }
 
+S57_SHAPE="--size 8b --generation-batch 16 --micro-batch 4"
+
+s57_at_256() {  # the 8B at 256 tokens, three measured steps a setting: plain TRL, then vlrl eager, then compiled
+  local passes="12288 12288 12288 24576 24576 24576"
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
+    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_256.log 2>&1
+}
+
+s57_vlrl_1024() {  # s57_vlrl_1024 DIR LOG [ARGS]: vlrl alone at the 8B preset's own 1,024 tokens, two steps
+  local out=$1 log=$2; shift 2
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
+    --warmup 1 --out $RESULTS/$out "$@" > $RESULTS/$log 2>&1
+}
+
 plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl eager, vlrl compiled at 256 tokens,
   # then plain TRL's one step and vlrl compiled at 1,024, then the 2B Crafter step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  local shape="--size 8b --generation-batch 16 --micro-batch 4" passes="12288 12288 12288 24576 24576 24576"
-  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
-    > $RESULTS/8b_256_trl.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
-    --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
-    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_256.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s57 \
+  s57_at_256
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s57 \
     > $RESULTS/8b_1024_trl.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
-    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
+  s57_vlrl_1024 s57 passes_1024.log
   crafter_2b_step c2b-parts  # its train log splits each rollout: rollout/prefill_time, rollout/decode_ms_per_step
 }
 
 plan_s57b() {  # s57 within a session that lost a machine start: the 8B at 256 tokens (three measured steps a
   # setting), the 2B Crafter step with its rollout split, then vlrl alone at 1,024 (its decoding split)
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  local shape="--size 8b --generation-batch 16 --micro-batch 4" passes="12288 12288 12288 24576 24576 24576"
-  python3 bench/gpu_engine.py $shape --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
-    > $RESULTS/8b_256_trl.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
-    --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
-  python3 bench/gpu_engine.py $shape --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
-    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_256.log 2>&1
+  s57_at_256
   crafter_2b_step c2b-parts
-  python3 bench/gpu_engine.py $shape --completion 1024 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 \
-    --warmup 1 --out $RESULTS/s57 > $RESULTS/passes_1024.log 2>&1
+  s57_vlrl_1024 s57 passes_1024.log
 }
 
 plan_s57c() {  # what s57b's lost machine left out, in the session's last 560 device-seconds: the 8B preset's shape at its
   # own 1,024 tokens, decoder layers eager (no compile, to fit), for the decoding steps' own share of the bound
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  python3 bench/gpu_engine.py --size 8b --generation-batch 16 --micro-batch 4 --completion 1024 --paths vlrl-int8 \
-    --pass-tokens-per-step 12288 12288 --compiled-layers 0 --warmup 1 --out $RESULTS/s57c > $RESULTS/eager_1024.log 2>&1
+  s57_vlrl_1024 s57c eager_1024.log --compiled-layers 0
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -11,7 +11,8 @@ engine.json's `presets` gives each GPU preset (vlrl/presets/ less the tiny ones)
   generation batch and micro-batch; the 8B preset also `ratio_vs_plain_trl_at_256` (issue 50 target 1);
 - `update_ratio_vs_trl_256` / `_1024`: the training half's (forward, backward, optimizer of the step's 32
   completions) tokens/s over TRL's on the same completions, where the preset's rows are at that length;
-- `decode_bound_share_in_step`: the step's decoding against the weights' bandwidth bound, as the step logs it;
+- `decode_bound_share_in_step`: the weights' bandwidth bound over the decoding step the GSPO step logs (vlrl's row
+  alone; rows before plan s57, which log none: the step's generation over its decoding steps, prefill included);
 - `projected_hours`: the whole preset on that GPU from its config and the measured times (projected_mathvista,
   projected_crafter), every completion at its token limit;
 - `capped_23gib`: its baseline eval batch and two GSPO steps under a hard 23 GiB cap, with the peak.
@@ -37,7 +38,7 @@ from vlrl.config.runfile import preset, presets
 
 RESULTS = ROOT / "bench" / "results"
 # engine_runs.json keys -> the day their rows ran; one day's keys in the order given (the sort below is stable)
-SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07", "s56": "2026-12-07"}
+SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07", "s56": "2026-12-07", "s57": "2026-12-07"}
 PRESETS = {  # MathVista preset -> (gpu_engine.py --size, rows' weights): 4-bit bases decode on their int8 repack
     "qwen3-vl-2b-mathvista": ("2b", "bf16"), "qwen3-vl-4b-mathvista": ("4b", "bf16"),
     "qwen3-vl-8b-mathvista": ("8b", "nf4"), "qwen3-vl-8b-mathvista-testmini-seed": ("8b", "nf4"),
@@ -61,12 +62,13 @@ def gpu_presets() -> list[str]:
     return [name for name in presets() if not name.startswith("tiny") and not name.endswith("-tiny")]
 
 
-def side_by_side_rows(runs: dict, key: str) -> list[dict]:
-    """gpu_engine.py's result rows packed at the top of one key (its subfolders are other settings' rows), a row run
-    with --pass-tokens-per-step as one row per setting (`per_setting`)."""
+def side_by_side_rows(runs: dict, key: str, folder: str = "") -> list[dict]:
+    """gpu_engine.py's result rows packed at the top of one key (its subfolders are other settings' rows; `folder`:
+    those of one of them), a row run with --pass-tokens-per-step as one row per setting (`per_setting`)."""
+    prefix = f"{folder}/" if folder else ""
     return [setting for name, row in sorted(runs[key].items())
-            if "/" not in name and name.startswith("gspo_") and name.endswith(".json")
-            for setting in per_setting({**row, "file": name})]
+            if name.startswith(prefix) and "/" not in name[len(prefix):] and name[len(prefix):].startswith("gspo_")
+            and name.endswith(".json") for setting in per_setting({**row, "file": name})]
 
 
 def per_setting(row: dict) -> list[dict]:
@@ -82,7 +84,7 @@ def per_setting(row: dict) -> list[dict]:
         steps = [step for step in row["steps"][warmup:] if step["pass_tokens"] == setting]
         step_s, generation_s = (median([step[k] for step in steps]) for k in ("step_s", "generation_s"))
         decode_ms = 1000 * generation_s / (calls * row["mean_completion_tokens"])
-        several = f"its {len(steps)} steps at pass_tokens {setting}, median" if len(steps) > 1 else (
+        several = f"the median of its {len(steps)} steps at pass_tokens {setting}" if len(steps) > 1 else (
             f"its step at pass_tokens {setting}")
         rows.append({**row, "pass_tokens": setting, "steps": [*row["steps"][:warmup], *steps],
                      "step_s": step_s, "generation_s": generation_s, "training_s": step_s - generation_s,
@@ -142,20 +144,26 @@ def shape_text(trl: dict, vlrl: dict) -> str:
             f"micro-batch {trl['micro_batch']}")
 
 
-def steps_only(vlrl: dict) -> dict:
-    """Where vlrl's row has its engine's device-timed decoding steps (rows since plan s57), those beside the
-    headline's figure, which is the step's whole generation (prefill included) over its decoding steps."""
-    ms = vlrl.get("decode_steps_only_ms")
-    if not ms:
-        return {}
-    return {"decode_steps_only_ms": round(ms, 2), "decode_steps_only_share": round(vlrl["decode_steps_only_bound_share"], 3)}
+def decode_figure(vlrl: dict, raw: str, measured: str) -> dict:
+    """decode_bound_share_in_step from vlrl's row alone (plain TRL's plays no part): the weights' read bound over
+    the decoding step the GSPO step logs (`rollout/decode_ms_per_step`, the engine's device-timed decoding steps:
+    rows since plan s57), where the row has it; else, for older rows, over the step's whole generation divided by its
+    decoding steps, prefill and picture encoder included. Both are kept where both are measured."""
+    steps_ms = vlrl.get("decode_steps_only_ms")
+    ms = steps_ms or vlrl["decode_ms_per_step"]
+    return entry(
+        round(vlrl["bound_ms"] / ms, 3), TARGETS["decode"], measured, vlrl["gpu"], f"{raw}/{vlrl['file']}",
+        decode_ms=round(ms, 2), bound_ms=round(vlrl["bound_ms"], 2),
+        figure=("the decoding step the GSPO step logs (rollout/decode_ms_per_step)" if steps_ms else
+                "the step's generation over its decoding steps, prefill included (the row logs no decoding step)"),
+        whole_generation_ms=round(vlrl["decode_ms_per_step"], 2),
+        whole_generation_share=round(vlrl["decode_bound_share"], 3))
 
 
 def pair_figures(trl: dict, vlrl: dict, raw: str, measured: str) -> dict:
-    """ratio_vs_plain_trl, decode_bound_share_in_step and update_ratio_vs_trl_<length> from one row pair."""
+    """ratio_vs_plain_trl and update_ratio_vs_trl_<length> from one row pair."""
     both = f"{raw}/{vlrl['file']}, {raw}/{trl['file']}"
     ratio = vlrl["completion_tokens_per_s"] / trl["completion_tokens_per_s"]
-    share = vlrl["decode_bound_share"]
     update = update_tokens_per_s(vlrl) / update_tokens_per_s(trl)
     return {
         "ratio_vs_plain_trl": entry(
@@ -165,10 +173,6 @@ def pair_figures(trl: dict, vlrl: dict, raw: str, measured: str) -> dict:
             at=shape_text(trl, vlrl),
             step_s_each={"vlrl": [round(s["step_s"], 1) for s in vlrl["steps"]],  # the first: compiling (warm-up);
                          "plain_trl": [round(s["step_s"], 1) for s in trl["steps"]]}),  # the last counts
-        "decode_bound_share_in_step": entry(
-            round(share, 3), TARGETS["decode"], measured, vlrl["gpu"], f"{raw}/{vlrl['file']}",
-            decode_ms=round(vlrl["decode_ms_per_step"], 2), bound_ms=round(vlrl["bound_ms"], 2),
-            **steps_only(vlrl)),
         f"update_ratio_vs_trl_{vlrl['completion']}": entry(
             round(update, 2), TARGETS["update"], measured, vlrl["gpu"], both,
             vlrl_training_s=round(vlrl["training_s"], 2), plain_trl_training_s=round(trl["training_s"], 2)),
@@ -244,16 +248,21 @@ def measured_figures(runs: dict) -> dict[str, dict]:
     found: dict[str, dict] = {}
     for key, measured in sorted(SIDE_BY_SIDE.items(), key=lambda kv: kv[1]):
         rows, raw = side_by_side_rows(runs, key), f"engine_runs.json#{key}"
+        eager = side_by_side_rows(runs, key, "eager")
         for name in PRESETS:
             length = preset(name).training.max_completion_length
             for at in [length] + ([ALSO_AT[name]] if name in ALSO_AT else []):
                 trl, vlrl = shape_rows(rows, name, at)
-                if trl and vlrl:
-                    figures = pair_figures(trl, vlrl, raw, measured)
-                    suffix = "" if at == length else f"_at_{at}"
-                    found.setdefault(name, {}).update({
-                        k if k.startswith("update") else k + suffix: v for k, v in figures.items()
-                        if not k.startswith("update") or at in (256, 1024)})
+                figures = pair_figures(trl, vlrl, raw, measured) if trl and vlrl else {}
+                # decoding runs the same with the training layers eager (vlrl.training.compiled_layers): a key's
+                # eager/ row tells it where the key has no row on the preset's path
+                decoded = vlrl or shape_rows(eager, name, at)[1]
+                if decoded:
+                    figures["decode_bound_share_in_step"] = decode_figure(decoded, raw, measured)
+                suffix = "" if at == length else f"_at_{at}"
+                found.setdefault(name, {}).update({
+                    k if k.startswith("update") else k + suffix: v for k, v in figures.items()
+                    if not k.startswith("update") or at in (256, 1024)})
                 if vlrl and at == length:
                     found.setdefault(name, {})["projected_hours"] = projected_mathvista(name, vlrl, raw, measured)
     key, measured, gpu = EPISODES
@@ -293,7 +302,8 @@ def not_run(name: str, key: str) -> str:
                 f"{c.training.max_completion_length:,} tokens")
     if key == "projected_hours" and c.training.max_steps <= 0:
         return "max_steps is not set: its steps follow its data's size (an epoch)"
-    rows = "vlrl row" if key == "projected_hours" else "rows side by side (plain TRL and vlrl)"
+    alone = ("projected_hours", "decode_bound_share_in_step")  # from vlrl's row alone
+    rows = "vlrl row" if key in alone else "rows side by side (plain TRL and vlrl)"
     return (f"no {rows} at its shape in engine_runs.json {', '.join(SIDE_BY_SIDE)}: {size} {weights}, "
             f"{length:,} tokens, {c.training.generation_batch_size} decoded at once, micro-batch "
             f"{c.training.per_device_train_batch_size}")

@@ -35,8 +35,9 @@ def test_a_row_pair_gives_the_ratio_the_update_ratio_and_the_decode_share(runs):
     update = (32 * 1024 / vlrl["training_s"]) / (32 * 1024 / trl["training_s"])
     assert found["update_ratio_vs_trl_1024"]["value"] == round(update, 2) == 1.03
     assert found["update_ratio_vs_trl_1024"]["met"] is False  # target 1.5
-    share = found["decode_bound_share_in_step"]
+    share = er.decode_figure(vlrl, "engine_runs.json#fusion", "2026-11-27")  # vlrl's row alone
     assert share["value"] == round(vlrl["decode_bound_share"], 3) == 0.326 and share["met"] is False
+    assert "prefill included" in share["figure"]  # a row from before the engine timed its decoding steps
     assert er.shape_rows(rows, "qwen3-vl-8b-mathvista", 256)[1] is None  # 256 tokens: only micro4/'s 32 at once
 
 
@@ -70,16 +71,30 @@ def test_several_steps_at_one_pass_size_are_one_row_of_their_medians(runs):
     assert (first["pass_tokens"], second["pass_tokens"]) == (12288, 24576)
     assert (first["step_s"], first["generation_s"], first["training_s"]) == (10.0, 6.0, 4.0)
     assert first["completion_tokens_per_s"] == 32 * 256 / 10.0 and first["max_reserved_gib"] == 16.6
-    assert first["steps"] == [warm, *steps] and first["file"] == "r.json (its 3 steps at pass_tokens 12288, median)"
+    assert first["steps"] == [warm, *steps] and first["file"] == "r.json (the median of its 3 steps at pass_tokens 12288)"
     assert second["step_s"] == 12.0 and len(second["steps"]) == 4
     assert first["decode_steps_only_ms"] is None  # s56's row: no engine timings logged
     row["logged_decode_ms_per_step"] = [60.0, 8.0, 9.0, 12.0, 7.0, 7.5, 8.0]  # a step each, the warm-up's first
     first, second = er.per_setting({**row, "file": "r.json"})
     assert (first["decode_steps_only_ms"], second["decode_steps_only_ms"]) == (9.0, 7.5)
-    trl = runs["s56"]["gspo_8b_trl_256_gen32.json"]
-    share = er.pair_figures({**trl, "file": "t.json"}, first, "x", "2026-12-08")["decode_bound_share_in_step"]
-    assert share["value"] == round(first["decode_bound_share"], 3)  # the headline: the step's whole generation
-    assert share["decode_steps_only_ms"] == 9.0 and share["decode_steps_only_share"] == round(row["bound_ms"] / 9, 3)
+    share = er.decode_figure(first, "x", "2026-12-08")
+    assert (share["value"], share["decode_ms"]) == (round(row["bound_ms"] / 9, 3), 9.0)  # the step's logged figure
+    assert share["figure"] == "the decoding step the GSPO step logs (rollout/decode_ms_per_step)"
+    assert share["whole_generation_share"] == round(first["decode_bound_share"], 3)  # prefill included, beside it
+
+
+def test_the_decode_share_needs_no_plain_trl_row_and_reads_a_keys_eager_rows(runs):
+    """Plan s57 measured plain TRL and vlrl with eager training layers (eager/) before its machine went: no pair on
+    the preset's path, so the 8B's ratio at 256 tokens stays s56's, while its decode share comes from s57's eager row
+    (decoding does not go through the training layers) at the preset's pass_tokens, the median of its 3 steps."""
+    found = er.measured_figures(runs)["qwen3-vl-8b-mathvista"]
+    assert found["ratio_vs_plain_trl_at_256"]["raw"].startswith("engine_runs.json#s56/")
+    share = found["decode_bound_share_in_step_at_256"]
+    row = runs["s57"]["eager/gspo_8b_vlrl-int8_256_gen16.json"]
+    at_preset = sorted(row["logged_decode_ms_per_step"][1:4])[1]  # the 3 steps at pass_tokens 12,288
+    assert share["raw"] == ("engine_runs.json#s57/eager/gspo_8b_vlrl-int8_256_gen16.json "
+                            "(the median of its 3 steps at pass_tokens 12288)")
+    assert (share["decode_ms"], share["value"]) == (round(at_preset, 2), round(row["bound_ms"] / at_preset, 3))
 
 
 def test_projected_hours_of_a_single_turn_preset():
