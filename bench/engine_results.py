@@ -65,9 +65,8 @@ def gpu_presets() -> list[str]:
 def side_by_side_rows(runs: dict, key: str, folder: str = "") -> list[dict]:
     """gpu_engine.py's result rows packed at the top of one key (its subfolders are other settings' rows; `folder`:
     those of one of them), a row run with --pass-tokens-per-step as one row per setting (`per_setting`)."""
-    prefix = f"{folder}/" if folder else ""
     return [setting for name, row in sorted(runs[key].items())
-            if name.startswith(prefix) and "/" not in name[len(prefix):] and name[len(prefix):].startswith("gspo_")
+            if name.rpartition("/")[0] == folder and name.rpartition("/")[2].startswith("gspo_")
             and name.endswith(".json") for setting in per_setting({**row, "file": name})]
 
 
@@ -150,9 +149,10 @@ def decode_figure(vlrl: dict, raw: str, measured: str) -> dict:
     rows since plan s57), where the row has it; else, for older rows, over the step's whole generation divided by its
     decoding steps, prefill and picture encoder included. Both are kept where both are measured."""
     steps_ms = vlrl.get("decode_steps_only_ms")
-    ms = steps_ms or vlrl["decode_ms_per_step"]
+    ms, share = ((steps_ms, vlrl["decode_steps_only_bound_share"]) if steps_ms else
+                 (vlrl["decode_ms_per_step"], vlrl["decode_bound_share"]))  # the row's own shares, not derived again
     return entry(
-        round(vlrl["bound_ms"] / ms, 3), TARGETS["decode"], measured, vlrl["gpu"], f"{raw}/{vlrl['file']}",
+        round(share, 3), TARGETS["decode"], measured, vlrl["gpu"], f"{raw}/{vlrl['file']}",
         decode_ms=round(ms, 2), bound_ms=round(vlrl["bound_ms"], 2),
         figure=("the decoding step the GSPO step logs (rollout/decode_ms_per_step)" if steps_ms else
                 "the step's generation over its decoding steps, prefill included (the row logs no decoding step)"),
