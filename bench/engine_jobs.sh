@@ -54,6 +54,7 @@
 #        the 2B Crafter step (its train log splits the rollout the same way); not run whole. s57b (run 2026-12-07,
 #        one H100, key `s57`): the same less plain TRL at 1,024; only plain TRL and the eager rows at 256 ran before
 #        the machine was lost. s57c: the 8B at 1,024 with eager layers, for its decoding-step share (not run)
+#   s58: s57 less the Crafter step and the eager 24,576 rows, ordered for a session short of device time
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -463,6 +464,22 @@ plan_s57c() {  # what s57b's lost machine left out, in the session's last 560 de
   # own 1,024 tokens, decoder layers eager (no compile, to fit), for the decoding steps' own share of the bound
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   s57_vlrl_1024 s57c eager_1024.log --compiled-layers 0
+}
+
+plan_s58() {  # s57 in a session left ~1,300 device-seconds by failed starts (2026-12-08), most telling first: the 8B at
+  # 256 tokens, three measured steps a setting (plain TRL; vlrl with its layers compiled at both pass sizes; then eager
+  # at the preset's 12,288, Inductor's caches warm), then vlrl compiled at the preset's 1,024 (two steps: its decoding
+  # split and update), then plain TRL's one step at 1,024 (its update); no Crafter step
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s58 \
+    > $RESULTS/8b_256_trl.log 2>&1
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 \
+    --pass-tokens-per-step 12288 12288 12288 24576 24576 24576 --warmup 1 --out $RESULTS/s58 > $RESULTS/passes_256.log 2>&1
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 12288 \
+    --compiled-layers 0 --warmup 1 --out $RESULTS/s58/eager > $RESULTS/eager_256.log 2>&1
+  s57_vlrl_1024 s58 passes_1024.log
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s58 \
+    > $RESULTS/8b_1024_trl.log 2>&1
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up

@@ -38,7 +38,7 @@ from vlrl.config.runfile import preset, presets
 
 RESULTS = ROOT / "bench" / "results"
 # engine_runs.json keys -> the day their rows ran; one day's keys in the order given (the sort below is stable)
-SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07", "s56": "2026-12-07", "s57": "2026-12-07"}
+SIDE_BY_SIDE = {"fusion": "2026-11-27", "s50": "2026-11-29", "s51": "2026-12-07", "s53": "2026-12-07", "s55": "2026-12-07", "s56": "2026-12-07", "s57": "2026-12-07", "s58": "2026-12-08"}
 PRESETS = {  # MathVista preset -> (gpu_engine.py --size, rows' weights): 4-bit bases decode on their int8 repack
     "qwen3-vl-2b-mathvista": ("2b", "bf16"), "qwen3-vl-4b-mathvista": ("4b", "bf16"),
     "qwen3-vl-8b-mathvista": ("8b", "nf4"), "qwen3-vl-8b-mathvista-testmini-seed": ("8b", "nf4"),

@@ -83,10 +83,12 @@ def test_several_steps_at_one_pass_size_are_one_row_of_their_medians(runs):
     assert share["whole_generation_share"] == round(first["decode_bound_share"], 3)  # prefill included, beside it
 
 
-def test_the_decode_share_needs_no_plain_trl_row_and_reads_a_keys_eager_rows(runs):
+def test_the_decode_share_needs_no_plain_trl_row_and_reads_a_keys_eager_rows(runs, monkeypatch):
     """Plan s57 measured plain TRL and vlrl with eager training layers (eager/) before its machine went: no pair on
-    the preset's path, so the 8B's ratio at 256 tokens stays s56's, while its decode share comes from s57's eager row
-    (decoding does not go through the training layers) at the preset's pass_tokens, the median of its 3 steps."""
+    the preset's path, so (with no newer key) the 8B's ratio at 256 tokens stays s56's, while its decode share comes
+    from s57's eager row (decoding does not go through the training layers) at the preset's pass_tokens, the median
+    of its 3 steps."""
+    monkeypatch.setattr(er, "SIDE_BY_SIDE", {k: v for k, v in er.SIDE_BY_SIDE.items() if v <= "2026-12-07"})
     found = er.measured_figures(runs)["qwen3-vl-8b-mathvista"]
     assert found["ratio_vs_plain_trl_at_256"]["raw"].startswith("engine_runs.json#s56/")
     share = found["decode_bound_share_in_step_at_256"]
@@ -95,6 +97,21 @@ def test_the_decode_share_needs_no_plain_trl_row_and_reads_a_keys_eager_rows(run
     assert share["raw"] == ("engine_runs.json#s57/eager/gspo_8b_vlrl-int8_256_gen16.json "
                             "(the median of its 3 steps at pass_tokens 12288)")
     assert (share["decode_ms"], share["value"]) == (round(at_preset, 2), round(row["bound_ms"] / at_preset, 3))
+
+
+def test_a_key_with_the_presets_path_and_eager_rows_gives_every_figure_from_the_presets_path(runs):
+    """Plan s58 measured plain TRL, vlrl on the preset's path (layers compiled) and vlrl eager (eager/) in one call:
+    the ratio, the update ratio and the decode share at 256 tokens all come from the preset-path row, each the median
+    of its 3 steps at the preset's pass_tokens; the eager row is only a fallback."""
+    found = er.measured_figures(runs)["qwen3-vl-8b-mathvista"]
+    row = runs["s58"]["gspo_8b_vlrl-int8_256_gen16.json"]
+    raw = "engine_runs.json#s58/gspo_8b_vlrl-int8_256_gen16.json (the median of its 3 steps at pass_tokens 12288)"
+    for figure in ("ratio_vs_plain_trl_at_256", "update_ratio_vs_trl_256", "decode_bound_share_in_step_at_256"):
+        assert found[figure]["raw"].startswith(raw), figure
+    at_preset = sorted(row["logged_decode_ms_per_step"][1:4])[1]  # its steps 2-4: pass_tokens 12,288
+    assert found["decode_bound_share_in_step_at_256"]["decode_ms"] == round(at_preset, 2)
+    steps = sorted(s["step_s"] for s in row["steps"][1:4])
+    assert found["ratio_vs_plain_trl_at_256"]["vlrl_tokens_per_s"] == round(32 * 256 / steps[1], 1)
 
 
 def test_projected_hours_of_a_single_turn_preset():
