@@ -54,7 +54,9 @@
 #        the 2B Crafter step (its train log splits the rollout the same way); not run whole. s57b (run 2026-12-07,
 #        one H100, key `s57`): the same less plain TRL at 1,024; only plain TRL and the eager rows at 256 ran before
 #        the machine was lost. s57c: the 8B at 1,024 with eager layers, for its decoding-step share (not run)
-#   s58: s57 less the Crafter step and the eager 24,576 rows, ordered for a session short of device time
+#   s58: s57 less the Crafter step and the eager 24,576 rows, ordered for a session short of device time (run
+#        2026-12-08, one H100, key `s58`: the 256-token rows; the 1,024-token ones ran out of device time). s59: those
+#        1,024-token rows alone (vlrl compiled, then plain TRL's one step), about 600 s
 #   qwen35: issue 36's rows, not yet run: the tiny Qwen3.5's engine/generate agreement, then at the Qwen3.5 2B (bf16)
 #           and 9B (NF4, then int8-packed) shapes a decode table and GSPO steps at 1024 tokens side by side with plain
 #           TRL, with peak memory and the rollout/training mismatch in each JSON
@@ -479,6 +481,14 @@ plan_s58() {  # s57 in a session left ~1,300 device-seconds by failed starts (20
     --compiled-layers 0 --warmup 1 --out $RESULTS/s58/eager > $RESULTS/eager_256.log 2>&1
   s57_vlrl_1024 s58 passes_1024.log
   python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s58 \
+    > $RESULTS/8b_1024_trl.log 2>&1
+}
+
+plan_s59() {  # what s58 left out, for a session's first call: the 8B preset's own 1,024 tokens, vlrl with its layers
+  # compiled (a compiling step, then two: the logged decoding share and the update), then plain TRL's one step there
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  s57_vlrl_1024 s59 passes_1024.log
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s59 \
     > $RESULTS/8b_1024_trl.log 2>&1
 }
 
