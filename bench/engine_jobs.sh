@@ -428,10 +428,14 @@ plan_s56() {  # issue 50 with every layer compiled (the fusion guard fixed after
 
 S57_SHAPE="--size 8b --generation-batch 16 --micro-batch 4"
 
+s57_trl_256() {  # s57_trl_256 DIR: plain TRL at 256 tokens, a warm-up step, then three
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/$1 \
+    > $RESULTS/8b_256_trl.log 2>&1
+}
+
 s57_at_256() {  # the 8B at 256 tokens, three measured steps a setting: plain TRL, then vlrl eager, then compiled
   local passes="12288 12288 12288 24576 24576 24576"
-  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s57 \
-    > $RESULTS/8b_256_trl.log 2>&1
+  s57_trl_256 s57
   python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
     --compiled-layers 0 --warmup 1 --out $RESULTS/s57/eager > $RESULTS/eager_256.log 2>&1
   python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step $passes \
@@ -444,12 +448,16 @@ s57_vlrl_1024() {  # s57_vlrl_1024 DIR LOG [ARGS]: vlrl alone at the 8B preset's
     --warmup 1 --out $RESULTS/$out "$@" > $RESULTS/$log 2>&1
 }
 
+s57_trl_1024() {  # s57_trl_1024 DIR: plain TRL's one step at the 8B preset's 1,024 tokens (eager, nothing to compile)
+  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/$1 \
+    > $RESULTS/8b_1024_trl.log 2>&1
+}
+
 plan_s57() {  # s56's 8B rows, three measured steps a setting: plain TRL, vlrl eager, vlrl compiled at 256 tokens,
   # then plain TRL's one step and vlrl compiled at 1,024, then the 2B Crafter step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   s57_at_256
-  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s57 \
-    > $RESULTS/8b_1024_trl.log 2>&1
+  s57_trl_1024 s57
   s57_vlrl_1024 s57 passes_1024.log
   crafter_2b_step c2b-parts  # its train log splits each rollout: rollout/prefill_time, rollout/decode_ms_per_step
 }
@@ -473,23 +481,20 @@ plan_s58() {  # s57 in a session left ~1,300 device-seconds by failed starts (20
   # at the preset's 12,288, Inductor's caches warm), then vlrl compiled at the preset's 1,024 (two steps: its decoding
   # split and update), then plain TRL's one step at 1,024 (its update); no Crafter step
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
-  python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths trl --steps 3 --warmup 1 --out $RESULTS/s58 \
-    > $RESULTS/8b_256_trl.log 2>&1
+  s57_trl_256 s58
   python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 \
     --pass-tokens-per-step 12288 12288 12288 24576 24576 24576 --warmup 1 --out $RESULTS/s58 > $RESULTS/passes_256.log 2>&1
   python3 bench/gpu_engine.py $S57_SHAPE --completion 256 --paths vlrl-int8 --pass-tokens-per-step 12288 12288 12288 \
     --compiled-layers 0 --warmup 1 --out $RESULTS/s58/eager > $RESULTS/eager_256.log 2>&1
   s57_vlrl_1024 s58 passes_1024.log
-  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s58 \
-    > $RESULTS/8b_1024_trl.log 2>&1
+  s57_trl_1024 s58
 }
 
 plan_s59() {  # what s58 left out, for a session's first call: the 8B preset's own 1,024 tokens, vlrl with its layers
   # compiled (a compiling step, then two: the logged decoding share and the update), then plain TRL's one step there
   export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   s57_vlrl_1024 s59 passes_1024.log
-  python3 bench/gpu_engine.py $S57_SHAPE --completion 1024 --paths trl --steps 1 --warmup 0 --out $RESULTS/s59 \
-    > $RESULTS/8b_1024_trl.log 2>&1
+  s57_trl_1024 s59
 }
 
 wait_for() {  # wait_for SECONDS: until the jobs end or the time is up
